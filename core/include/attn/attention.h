@@ -1,0 +1,94 @@
+// The attention kernels: scaled dot-product attention and multi-head attention
+// with projections. All compute softmax(Q K^T * scale + mask) V in float32.
+//
+// Thread safety: every function here may be called concurrently from any
+// number of threads. Each call uses up to ComputeThreads() OpenMP threads.
+// Errors come back as Status values; no exception leaves core.
+#pragma once
+
+#include <atomic>
+#include <optional>
+
+#include "attn/status.h"
+#include "attn/tensor.h"
+
+namespace attn {
+
+// Masks, combinable. A query row whose keys are all masked gets zeros in the
+// output and in the weights, never NaN (PyTorch would give NaN there).
+struct AttentionMasks {
+  // Query i never sees key j > i. Aligned upper-left when Lq != Lk.
+  bool causal = false;
+  // Bool [B, Lk] (or [Lk] for unbatched inputs): true means ignore that key,
+  // as in PyTorch nn.MultiheadAttention.
+  std::optional<TensorView> key_padding_mask;
+  // Float32, added to the scaled scores. Broadcast from [Lq, Lk],
+  // [B, Lq, Lk] or [B, H, Lq, Lk]. -inf masks a key.
+  std::optional<TensorView> attn_bias;
+};
+
+struct AttentionResult {
+  Tensor output;                 // [.., Lq, Dv]
+  std::optional<Tensor> weights;  // [.., Lq, Lk], present when requested
+};
+
+struct ScaledDotProductAttentionOptions {
+  AttentionMasks masks;
+  std::optional<float> scale;  // default 1/sqrt(D); must be finite
+  bool need_weights = false;
+  // Polled between blocks; when it becomes true the call returns CANCELLED.
+  const std::atomic<bool>* cancelled = nullptr;
+};
+
+// softmax(Q K^T * scale + mask) V.
+// query [.., Lq, D], key [.., Lk, D], value [.., Lk, Dv], where the leading
+// dims are none, [B] or [B, H] and agree across the three. Views may have any
+// strides; nothing is transposed or copied whole. Without need_weights the
+// extra memory is independent of Lq and Lk (blocked online softmax).
+StatusOr<AttentionResult> ScaledDotProductAttention(
+    const TensorView& query, const TensorView& key, const TensorView& value,
+    const ScaledDotProductAttentionOptions& options = {});
+
+// A linear layer in nn.Linear layout: y = x W^T + b, W is [out, in].
+struct LinearView {
+  TensorView weight;
+  std::optional<TensorView> bias;  // [out]
+};
+
+// Input projections, and an optional output projection.
+// q: [E, Eq], k: [E, Ek], v: [Ev, Evin], out: [Eout, Ev].
+struct ProjectionWeights {
+  LinearView q;
+  LinearView k;
+  LinearView v;
+  std::optional<LinearView> out;
+};
+
+struct MultiHeadAttentionOptions {
+  int64_t num_heads = 1;
+  AttentionMasks masks;
+  std::optional<float> scale;  // default 1/sqrt(head_dim); must be finite
+  bool need_weights = false;
+  // true: weights averaged over heads [B, Lq, Lk] (PyTorch's default);
+  // false: per head [B, H, Lq, Lk].
+  bool average_weights = true;
+  const std::atomic<bool>* cancelled = nullptr;
+};
+
+// nn.MultiheadAttention(batch_first=True) inference semantics, and the seed's
+// single-head modules (num_heads = 1, with or without `out`).
+// query [B, Lq, Eq] or unbatched [Lq, Eq]; key [B, Lk, Ek]; value [B, Lk, Evin].
+// Heads are split through strides: the projected [B, L, H, Dh] is read as
+// [B, H, L, Dh] without a transposing copy.
+StatusOr<AttentionResult> MultiHeadAttention(const ProjectionWeights& weights,
+                                             const TensorView& query, const TensorView& key,
+                                             const TensorView& value,
+                                             const MultiHeadAttentionOptions& options = {});
+
+// Name of the oneDNN CPU ISA in use, e.g. "avx512_core", for start-up logs.
+const char* OneDnnIsaName();
+
+// true when the AVX-512 softmax kernels are in use (chosen at run time).
+bool UsingAvx512Kernels();
+
+}  // namespace attn

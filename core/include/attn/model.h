@@ -1,0 +1,81 @@
+// Weight sets ("models") and the .safetensors reader behind them.
+//
+// A model holds the projection weights of one attention module, in PyTorch
+// state_dict names and nn.Linear layout. Models are immutable after loading
+// and safe to share between threads.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "attn/attention.h"
+#include "attn/status.h"
+#include "attn/tensor.h"
+
+namespace attn {
+
+enum class ModelKind { kAttention, kCrossAttention, kMultiHeadAttention };
+
+// "attention", "cross_attention", "multi_head_attention".
+const char* ModelKindName(ModelKind kind);
+StatusOr<ModelKind> ParseModelKind(const std::string& name);
+
+struct ModelInfo {
+  std::string name;
+  ModelKind kind = ModelKind::kAttention;
+  int64_t embed_dim = 0;  // width of the query input
+  int64_t num_heads = 1;
+  int64_t kdim = 0;  // width of the key input
+  int64_t vdim = 0;  // width of the value input
+  bool has_bias = false;
+  bool has_out_proj = false;
+};
+
+// The contents of a .safetensors file: float32 tensors and string metadata.
+struct SafetensorsFile {
+  std::map<std::string, std::string> metadata;
+  std::map<std::string, Tensor> tensors;
+};
+
+// Parses safetensors bytes. Only F32 tensors are accepted. `source` (usually
+// the file name) starts every error message. Never reads out of bounds.
+StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, const std::string& source);
+StatusOr<SafetensorsFile> ReadSafetensorsFile(const std::string& path);
+// Serializes to safetensors bytes (tensors in name order).
+std::string SerializeSafetensors(const SafetensorsFile& file);
+
+class AttentionModel {
+ public:
+  // Builds a model from state_dict tensors. Recognised layouts:
+  //  multi_head_attention: nn.MultiheadAttention (in_proj_weight or
+  //    q/k/v_proj_weight, in_proj_bias, out_proj.weight/bias) or the seed's
+  //    MultiHeadSelfAttention (q.*, k.*, v.*, out.*);
+  //  attention / cross_attention: q_linear.*, k_linear.*, v_linear.*, and an
+  //    optional out_linear.*.
+  // Unknown or missing tensors and inconsistent shapes are refused; messages
+  // name `name` and the tensor.
+  static StatusOr<AttentionModel> FromTensors(std::string name, ModelKind kind, int64_t num_heads,
+                                              std::map<std::string, Tensor> tensors);
+  // Reads `path`; the model is named after the file stem. Metadata `kind`
+  // is required; `num_heads` is required for multi_head_attention.
+  static StatusOr<AttentionModel> LoadSafetensors(const std::string& path);
+
+  AttentionModel(AttentionModel&&) = default;
+  AttentionModel& operator=(AttentionModel&&) = default;
+  AttentionModel(const AttentionModel&) = delete;
+  AttentionModel& operator=(const AttentionModel&) = delete;
+
+  const ModelInfo& info() const { return info_; }
+  // Views into this model's storage; valid while the model lives.
+  const ProjectionWeights& projections() const { return projections_; }
+
+ private:
+  AttentionModel() = default;
+  ModelInfo info_;
+  std::map<std::string, Tensor> tensors_;  // node-based: views stay valid on move
+  ProjectionWeights projections_;
+};
+
+}  // namespace attn

@@ -1,0 +1,97 @@
+// Tensor views (non-owning, strided) and owning tensors.
+//
+// A TensorView describes memory owned elsewhere: dtype, data pointer, shape and
+// strides in elements. Core never copies a whole input tensor; kernels read
+// views through their strides. Tensor owns 64-byte aligned float storage and
+// is what core returns.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "attn/status.h"
+
+namespace attn {
+
+enum class DataType {
+  kFloat32,
+  kBool,  // one byte per element, 0 = false, anything else = true
+};
+
+const char* DataTypeName(DataType dtype);
+
+using Shape = std::vector<int64_t>;
+
+// "[2, 5, 64]"
+std::string ShapeToString(const Shape& shape);
+
+// Product of dims, or an error if a dim is negative or the product overflows
+// int64 (a hostile shape must never turn into a huge allocation). `what` names
+// the tensor in the message.
+StatusOr<int64_t> CheckedNumElements(const Shape& shape, const std::string& what);
+
+// Row-major strides for `shape`, in elements.
+Shape DenseStrides(const Shape& shape);
+
+// A non-owning view. The caller keeps `data` alive while the view is used.
+struct TensorView {
+  DataType dtype = DataType::kFloat32;
+  const void* data = nullptr;
+  Shape shape;
+  Shape strides;  // in elements, same length as shape
+
+  static TensorView Dense(const float* data, Shape shape);
+  // `data` holds one byte per element (0 = false).
+  static TensorView DenseBool(const uint8_t* data, Shape shape);
+
+  int rank() const { return static_cast<int>(shape.size()); }
+  // Negative indices count from the end, as in Python.
+  int64_t dim(int i) const { return shape[i < 0 ? shape.size() + i : i]; }
+  int64_t stride(int i) const { return strides[i < 0 ? strides.size() + i : i]; }
+  const float* f32() const { return static_cast<const float*>(data); }
+  const uint8_t* u8() const { return static_cast<const uint8_t*>(data); }
+};
+
+// Allocator giving 64-byte aligned storage (cache lines, AVX-512 loads).
+template <typename T>
+struct AlignedAllocator {
+  using value_type = T;
+  static constexpr std::align_val_t kAlignment{64};
+  AlignedAllocator() = default;
+  template <typename U>
+  AlignedAllocator(const AlignedAllocator<U>& /*other*/) noexcept {}  // NOLINT
+  T* allocate(std::size_t n) {
+    return static_cast<T*>(::operator new(n * sizeof(T), kAlignment));
+  }
+  void deallocate(T* p, std::size_t /*n*/) noexcept { ::operator delete(p, kAlignment); }
+  template <typename U>
+  bool operator==(const AlignedAllocator<U>& /*other*/) const noexcept {
+    return true;
+  }
+  template <typename U>
+  bool operator!=(const AlignedAllocator<U>& /*other*/) const noexcept {
+    return false;
+  }
+};
+
+using FloatBuffer = std::vector<float, AlignedAllocator<float>>;
+
+// An owning, dense, row-major float32 tensor.
+struct Tensor {
+  Shape shape;
+  FloatBuffer data;
+
+  Tensor() = default;
+  // Zero-filled. The caller has validated the shape.
+  explicit Tensor(Shape s);
+  Tensor(Shape s, std::initializer_list<float> values);
+
+  int64_t numel() const { return static_cast<int64_t>(data.size()); }
+  TensorView view() const { return TensorView::Dense(data.data(), shape); }
+};
+
+}  // namespace attn

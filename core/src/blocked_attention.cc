@@ -1,0 +1,380 @@
+// Blocked online-softmax attention (FlashAttention-style) on oneDNN matmuls.
+//
+// Work is split into tasks of (batch, head, query block). Each task walks the
+// key blocks: S = Q_blk K_blk^T (oneDNN brgemm), then the online softmax on S
+// (running row max m and sum l, rescaling the accumulator O by exp(m_old -
+// m_new)), then O += P V_blk (brgemm with a sum post-op). Only per-thread
+// buffers of block size exist; there is never an Lq x Lk score matrix.
+//
+// We parallelise over tasks with OpenMP ourselves and build the per-block
+// primitives for one thread: oneDNN runs a primitive single-threaded when it
+// is called inside a parallel region. Strided blocks (a head of [B, L, H, Dh])
+// are packed into dense per-thread buffers first, because oneDNN 2.6 picks
+// gemm:jit instead of brgemm for strided views; a 512x64 pack costs ~2 us
+// against ~10-20 us saved per block.
+#include "blocked_attention.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+
+#include <dnnl.hpp>
+
+#include "attn/threading.h"
+#include "matmul_cache.h"
+#include "softmax_kernels.h"
+
+namespace attn::internal {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// Block sizes: a 256x512 score block (512 KiB) and its K/V blocks fit the
+// 2 MiB L2 with room to spare; measured best on the benchmark shapes.
+constexpr int64_t kBlockQ = 256;
+constexpr int64_t kBlockK = 512;
+constexpr int64_t kMinBlockQ = 32;
+// Below this many FLOPs a fork/join across threads costs more than it saves.
+constexpr double kSerialFlops = 4.0e6;
+
+// Per-thread buffers, grown on demand and reused across calls. Their size
+// depends on block sizes and head dims, never on sequence lengths.
+struct Workspace {
+  FloatBuffer s, o, qp, kp, vp, m, l, alpha, mrec;
+  FloatBuffer scratch;
+  std::unique_ptr<dnnl::stream> stream;
+
+  static float* Ensure(FloatBuffer& buf, int64_t n) {
+    if (static_cast<int64_t>(buf.size()) < n) buf.resize(static_cast<size_t>(n));
+    return buf.data();
+  }
+  void* Scratch(const MatmulPrimitive& p) {
+    const size_t bytes = p.scratchpad.get_size();
+    return Ensure(scratch, static_cast<int64_t>((bytes + sizeof(float) - 1) / sizeof(float) + 1));
+  }
+  dnnl::stream& Stream() {
+    if (!stream) stream = std::make_unique<dnnl::stream>(CpuEngine());
+    return *stream;
+  }
+};
+
+Workspace& ThreadWorkspace() {
+  thread_local Workspace ws;
+  return ws;
+}
+
+// Returns a dense [rows, cols] copy of a strided block, or the block itself
+// when it is already dense.
+const float* DenseRows(const float* base, int64_t rows, int64_t cols, int64_t row_stride,
+                       int64_t col_stride, FloatBuffer& buf) {
+  if (col_stride == 1 && (row_stride == cols || rows == 1)) return base;
+  float* dst = Workspace::Ensure(buf, rows * cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* src = base + r * row_stride;
+    if (col_stride == 1) {
+      std::memcpy(dst + r * cols, src, static_cast<size_t>(cols) * sizeof(float));
+    } else {
+      for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = src[c * col_stride];
+    }
+  }
+  return dst;
+}
+
+class BlockedAttention {
+ public:
+  BlockedAttention(const AttentionProblem& p, int64_t block_q)
+      : p_(p),
+        kern_(GetSoftmaxKernels()),
+        bq_(block_q),
+        nqb_((p.lq + block_q - 1) / block_q),
+        nbh_(p.batch * p.heads) {}
+
+  int64_t num_tasks() const { return nbh_ * nqb_; }
+
+  // Runs task t. Largest query blocks come first (t = 0 is the last block),
+  // which balances causal work under dynamic scheduling.
+  Status RunTask(int64_t t, Workspace& ws, const std::atomic<bool>* cancelled) const {
+    const int64_t qb = nqb_ - 1 - t / nbh_;
+    const int64_t bh = t % nbh_;
+    const int64_t b = bh / p_.heads, h = bh % p_.heads;
+    const int64_t q0 = qb * bq_, qn = std::min(bq_, p_.lq - q0);
+    const int64_t d = p_.d, dv = p_.dv;
+    const int64_t k_end = p_.causal ? std::min(p_.lk, q0 + qn) : p_.lk;
+    const int64_t nkb = (k_end + kBlockK - 1) / kBlockK;
+    const bool general_mask = p_.kpm != nullptr || p_.bias != nullptr;
+
+    const float* q = DenseRows(p_.q.data + b * p_.q.stride[0] + h * p_.q.stride[1] +
+                                   q0 * p_.q.stride[2],
+                               qn, d, p_.q.stride[2], p_.q.stride[3], ws.qp);
+    float* s = Workspace::Ensure(ws.s, qn * std::min(kBlockK, k_end));
+    float* o = Workspace::Ensure(ws.o, qn * dv);
+    float* m = Workspace::Ensure(ws.m, qn);
+    float* l = Workspace::Ensure(ws.l, qn);
+    float* alpha = Workspace::Ensure(ws.alpha, qn);
+    float* mrec = p_.weights ? Workspace::Ensure(ws.mrec, qn * nkb) : nullptr;
+    std::fill(m, m + qn, kNegInf);
+    std::fill(l, l + qn, 0.0f);
+    float* weights_bh = p_.weights ? p_.weights + (bh * p_.lq + q0) * p_.lk : nullptr;
+
+    for (int64_t kb = 0; kb < nkb; ++kb) {
+      if (cancelled != nullptr && cancelled->load(std::memory_order_relaxed)) {
+        return Status::Cancelled("attention: cancelled");
+      }
+      const int64_t k0 = kb * kBlockK, kn = std::min(kBlockK, k_end - k0);
+      const float* k = DenseRows(p_.k.data + b * p_.k.stride[0] + h * p_.k.stride[1] +
+                                     k0 * p_.k.stride[2],
+                                 kn, d, p_.k.stride[2], p_.k.stride[3], ws.kp);
+      const float* v = DenseRows(p_.v.data + b * p_.v.stride[0] + h * p_.v.stride[1] +
+                                     k0 * p_.v.stride[2],
+                                 kn, dv, p_.v.stride[2], p_.v.stride[3], ws.vp);
+
+      // S = Q K^T; K^T is a transposed format tag on the dense K block.
+      auto qk = GetMatmul({qn, kn, d, d, d, kn, /*b_transposed=*/true, false, false, 1});
+      RunMatmul(*qk, ws.Stream(), q, k, s, nullptr, ws.Scratch(*qk));
+
+      for (int64_t i = 0; i < qn; ++i) {
+        float* row = s + i * kn;
+        const int64_t valid =
+            p_.causal ? std::clamp<int64_t>(q0 + i - k0 + 1, 0, kn) : kn;
+        float row_scale = p_.scale;
+        if (general_mask && valid > 0) {
+          ApplyMasks(row, valid, b, h, q0 + i, k0);
+          row_scale = 1.0f;  // ApplyMasks has scaled the row
+        }
+        const float m_blk = valid > 0 ? kern_.scaled_max(row, valid, row_scale) : kNegInf;
+        const float m_old = m[i];
+        // NaN (from a NaN input) is kept and propagates to this row's output.
+        const float m_new = std::isnan(m_blk) ? m_blk : std::max(m_old, m_blk);
+        if (m_new == kNegInf) {  // every key so far masked: P = 0, O stays 0
+          std::fill(row, row + kn, 0.0f);
+          alpha[i] = 1.0f;
+          if (mrec) mrec[i * nkb + kb] = kNegInf;
+          continue;
+        }
+        const float sum = kern_.exp_sum(row, valid, row_scale, m_new);
+        std::fill(row + valid, row + kn, 0.0f);
+        alpha[i] = m_old == kNegInf ? 0.0f : std::exp(m_old - m_new);
+        l[i] = l[i] * alpha[i] + sum;
+        m[i] = m_new;
+        if (weights_bh) {
+          std::memcpy(weights_bh + i * p_.lk + k0, row, static_cast<size_t>(kn) * sizeof(float));
+          mrec[i * nkb + kb] = m_new;
+        }
+      }
+
+      // O = alpha * O + P V. The first block overwrites O, so O needs no clearing.
+      const bool accumulate = kb > 0;
+      if (accumulate) {
+        for (int64_t i = 0; i < qn; ++i) {
+          if (alpha[i] != 1.0f) kern_.scale(o + i * dv, dv, alpha[i]);
+        }
+      }
+      auto pv = GetMatmul({qn, dv, kn, kn, dv, dv, false, false, accumulate, 1});
+      RunMatmul(*pv, ws.Stream(), s, v, o, nullptr, ws.Scratch(*pv));
+    }
+
+    // Normalise. A fully masked row has l == 0 and gets zeros; a NaN sum stays NaN.
+    float* out = p_.out + b * p_.out_stride[0] + h * p_.out_stride[1] + q0 * p_.out_stride[2];
+    for (int64_t i = 0; i < qn; ++i) {
+      float* dst = out + i * p_.out_stride[2];
+      if (nkb == 0 || l[i] == 0.0f) {
+        std::fill(dst, dst + dv, 0.0f);
+        continue;
+      }
+      const float inv = 1.0f / l[i];
+      for (int64_t c = 0; c < dv; ++c) dst[c] = o[i * dv + c] * inv;
+    }
+    if (weights_bh) FinishWeights(weights_bh, qn, nkb, k_end, m, l, mrec);
+    return Status::Ok();
+  }
+
+ private:
+  // row[j] = row[j] * scale + bias(b, h, i, k0 + j), or -inf where the key is padded.
+  void ApplyMasks(float* row, int64_t n, int64_t b, int64_t h, int64_t i, int64_t k0) const {
+    const float scale = p_.scale;
+    if (p_.bias != nullptr) {
+      const float* bias = p_.bias + b * p_.bias_stride[0] + h * p_.bias_stride[1] +
+                          i * p_.bias_stride[2] + k0 * p_.bias_stride[3];
+      const int64_t bs = p_.bias_stride[3];
+      for (int64_t j = 0; j < n; ++j) row[j] = row[j] * scale + bias[j * bs];
+    } else {
+      for (int64_t j = 0; j < n; ++j) row[j] *= scale;
+    }
+    if (p_.kpm != nullptr) {
+      const uint8_t* kpm = p_.kpm + b * p_.kpm_stride[0] + k0 * p_.kpm_stride[1];
+      const int64_t ks = p_.kpm_stride[1];
+      for (int64_t j = 0; j < n; ++j) {
+        if (kpm[j * ks] != 0) row[j] = kNegInf;
+      }
+    }
+  }
+
+  // Each stored block of weights holds exp(x - m_blk); turn it into
+  // exp(x - m_final) / l. Fully masked rows become zeros.
+  void FinishWeights(float* w, int64_t qn, int64_t nkb, int64_t k_end, const float* m,
+                     const float* l, const float* mrec) const {
+    for (int64_t i = 0; i < qn; ++i) {
+      float* row = w + i * p_.lk;
+      for (int64_t kb = 0; kb < nkb; ++kb) {
+        const int64_t k0 = kb * kBlockK, kn = std::min(kBlockK, k_end - k0);
+        const float rec = mrec[i * nkb + kb];
+        const float f = (l[i] == 0.0f || rec == kNegInf) ? 0.0f : std::exp(rec - m[i]) / l[i];
+        kern_.scale(row + k0, kn, f);
+      }
+    }
+  }
+
+  const AttentionProblem& p_;
+  const SoftmaxKernels& kern_;
+  const int64_t bq_, nqb_, nbh_;
+};
+
+}  // namespace
+
+Status RunBlockedAttention(const AttentionProblem& p, const std::atomic<bool>* cancelled) {
+  if (p.batch == 0 || p.heads == 0 || p.lq == 0 || p.dv == 0 || p.lk == 0) {
+    return Status::Ok();  // nothing to compute; zero-filled output is the answer
+  }
+  int threads = ComputeThreads();
+  const double flops = 2.0 * static_cast<double>(p.batch * p.heads) * static_cast<double>(p.lq) *
+                       static_cast<double>(p.lk) * static_cast<double>(p.d + p.dv);
+  if (flops < kSerialFlops) threads = 1;
+  // Split queries finer when batch * heads alone cannot keep the team busy.
+  int64_t block_q = kBlockQ;
+  while (block_q > kMinBlockQ &&
+         p.batch * p.heads * ((p.lq + block_q - 1) / block_q) < 2 * threads) {
+    block_q /= 2;
+  }
+  BlockedAttention attention(p, block_q);
+  const int64_t tasks = attention.num_tasks();
+  threads = static_cast<int>(std::min<int64_t>(threads, tasks));
+
+  Status first_error;
+  std::atomic<bool> failed{false};
+  auto run = [&](int64_t t) {
+    if (failed.load(std::memory_order_relaxed)) return;
+    Status st;
+    try {
+      st = attention.RunTask(t, ThreadWorkspace(), cancelled);
+    } catch (const dnnl::error& e) {
+      st = Status::Internal(std::string("attention: oneDNN error: ") + e.what());
+    } catch (const std::exception& e) {
+      st = Status::Internal(std::string("attention: ") + e.what());
+    }
+    if (!st.ok() && !failed.exchange(true)) first_error = st;
+  };
+  if (threads <= 1) {
+    for (int64_t t = 0; t < tasks; ++t) run(t);
+  } else {
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+    for (int64_t t = 0; t < tasks; ++t) run(t);
+  }
+  return first_error;
+}
+
+Status ValidateFloatView(const TensorView& view, const std::string& name, int min_rank,
+                         int max_rank) {
+  if (view.dtype != DataType::kFloat32) {
+    return Status::InvalidArgument(name + ": dtype must be float32, got " +
+                                   DataTypeName(view.dtype));
+  }
+  if (view.rank() < min_rank || view.rank() > max_rank) {
+    const std::string want = min_rank == max_rank
+                                 ? std::to_string(min_rank)
+                                 : std::to_string(min_rank) + " to " + std::to_string(max_rank);
+    return Status::InvalidArgument(name + ": rank must be " + want + ", got " +
+                                   std::to_string(view.rank()) + " (shape " +
+                                   ShapeToString(view.shape) + ")");
+  }
+  auto n = CheckedNumElements(view.shape, name);
+  if (!n.ok()) return n.status();
+  if (view.strides.size() != view.shape.size()) {
+    return Status::InvalidArgument(name + ": " + std::to_string(view.strides.size()) +
+                                   " strides for rank " + std::to_string(view.rank()));
+  }
+  for (int64_t s : view.strides) {
+    if (s < 0) return Status::InvalidArgument(name + ": strides must be non-negative");
+  }
+  if (*n > 0 && view.data == nullptr) return Status::InvalidArgument(name + ": no data");
+  return Status::Ok();
+}
+
+StatusOr<float> ResolveScale(const std::optional<float>& scale, int64_t dim) {
+  if (scale.has_value()) {
+    if (!std::isfinite(*scale)) {
+      return Status::InvalidArgument("scale: must be finite, got " + std::to_string(*scale));
+    }
+    return *scale;
+  }
+  return static_cast<float>(1.0 / std::sqrt(static_cast<double>(dim)));
+}
+
+Status ResolveMasks(const AttentionMasks& masks, bool unbatched, AttentionProblem* p) {
+  p->causal = masks.causal;
+  if (masks.key_padding_mask.has_value()) {
+    const TensorView& m = *masks.key_padding_mask;
+    const std::string want = unbatched ? "[" + std::to_string(p->lk) + "] or [1, " +
+                                             std::to_string(p->lk) + "]"
+                                       : ShapeToString({p->batch, p->lk});
+    if (m.dtype != DataType::kBool) {
+      return Status::InvalidArgument(std::string("key_padding_mask: dtype must be bool, got ") +
+                                     DataTypeName(m.dtype));
+    }
+    const bool ok2 = m.rank() == 2 && m.shape[0] == p->batch && m.shape[1] == p->lk;
+    const bool ok1 = unbatched && m.rank() == 1 && m.shape[0] == p->lk;
+    if (!ok1 && !ok2) {
+      return Status::InvalidArgument("key_padding_mask: expected shape " + want + ", got " +
+                                     ShapeToString(m.shape));
+    }
+    if (m.data == nullptr && p->lk > 0 && p->batch > 0) {
+      return Status::InvalidArgument("key_padding_mask: no data");
+    }
+    p->kpm = m.u8();
+    p->kpm_stride[0] = ok2 ? m.strides[0] : 0;
+    p->kpm_stride[1] = ok2 ? m.strides[1] : m.strides[0];
+  }
+  if (masks.attn_bias.has_value()) {
+    const TensorView& m = *masks.attn_bias;
+    if (m.dtype != DataType::kFloat32) {
+      return Status::InvalidArgument(std::string("attn_bias: dtype must be float32, got ") +
+                                     DataTypeName(m.dtype));
+    }
+    // [Lq, Lk], [B, Lq, Lk] or [B, H, Lq, Lk]; B, H and Lq may also be 1.
+    const int64_t full[4] = {p->batch, p->heads, p->lq, p->lk};
+    int map[4] = {-1, -1, -1, -1};  // bias dim index for each of B, H, Lq, Lk
+    if (m.rank() == 2) {
+      map[2] = 0, map[3] = 1;
+    } else if (m.rank() == 3) {
+      map[0] = 0, map[2] = 1, map[3] = 2;
+    } else if (m.rank() == 4) {
+      map[0] = 0, map[1] = 1, map[2] = 2, map[3] = 3;
+    }
+    bool ok = m.rank() >= 2 && m.rank() <= 4;
+    for (int a = 0; ok && a < 4; ++a) {
+      if (map[a] < 0) continue;
+      const int64_t d = m.shape[map[a]];
+      ok = d == full[a] || (d == 1 && a != 3);
+    }
+    if (!ok) {
+      return Status::InvalidArgument(
+          "attn_bias: expected a shape that broadcasts to " +
+          ShapeToString({p->batch, p->heads, p->lq, p->lk}) +
+          " ([Lq, Lk], [B, Lq, Lk] or [B, H, Lq, Lk]; B, H, Lq may be 1), got " +
+          ShapeToString(m.shape));
+    }
+    if (m.data == nullptr && p->lq > 0 && p->lk > 0) {
+      return Status::InvalidArgument("attn_bias: no data");
+    }
+    for (int a = 0; a < 4; ++a) {
+      p->bias_stride[a] = (map[a] < 0 || m.shape[map[a]] == 1) ? 0 : m.strides[map[a]];
+    }
+    p->bias = m.f32();
+  }
+  return Status::Ok();
+}
+
+}  // namespace attn::internal

@@ -1,0 +1,34 @@
+// A strict, minimal JSON reader for safetensors headers. Internal to core.
+// Bounded nesting depth, no exceptions, never reads past the input.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "attn/status.h"
+
+namespace attn::internal {
+
+struct JsonValue {
+  enum class Type { kNull, kBool, kNumber, kString, kArray, kObject };
+  Type type = Type::kNull;
+  bool boolean = false;
+  double number = 0.0;
+  bool is_integer = false;  // the literal had no fraction or exponent and fits int64
+  int64_t integer = 0;
+  std::string string;
+  std::vector<JsonValue> array;
+  std::vector<std::pair<std::string, JsonValue>> object;  // in input order
+
+  // The member named `key`, or null.
+  const JsonValue* Find(std::string_view key) const;
+};
+
+// Parses one JSON document (surrounding whitespace allowed). Errors say
+// what was wrong and at which byte offset.
+StatusOr<JsonValue> ParseJson(std::string_view text);
+
+}  // namespace attn::internal

@@ -1,0 +1,68 @@
+// oneDNN matmul primitives, created once per shape and reused.
+//
+// Internal to core. Functions here may throw dnnl::error; the public entry
+// points catch it at core's edge.
+#pragma once
+
+#include <omp.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <dnnl.hpp>
+
+namespace attn::internal {
+
+dnnl::engine& CpuEngine();
+
+// C[M, N] = A[M, K] * B[K, N] (+ bias[N]) (+ C when accumulate).
+// A and C are row-major with leading dims lda and ldc. B is row-major [K, N]
+// with leading dim ldb, or, when b_transposed, stored as [N, K] with leading
+// dim ldb (an nn.Linear weight, or K for Q K^T); that is a format tag, not a
+// copy. `threads` is the OpenMP team the primitive is built for: oneDNN fixes
+// its work split and scratchpad at creation, so a primitive must run with the
+// thread count it was built with (1 inside our own parallel regions).
+struct MatmulShape {
+  int64_t m = 0, n = 0, k = 0;
+  int64_t lda = 0, ldb = 0, ldc = 0;
+  bool b_transposed = false;
+  bool has_bias = false;
+  bool accumulate = false;
+  int threads = 1;
+
+  bool operator==(const MatmulShape& o) const;
+};
+
+struct MatmulPrimitive {
+  dnnl::matmul primitive;
+  dnnl::memory::desc a, b, c, bias, scratchpad;
+  std::string impl;  // e.g. "brg:avx512_core"
+};
+
+// Returns the cached primitive for `shape`, creating it on first use. The cache
+// is bounded (least recently used entries are dropped). Thread-safe.
+std::shared_ptr<const MatmulPrimitive> GetMatmul(const MatmulShape& shape);
+
+// Executes `p` on `stream`. `scratchpad` holds p.scratchpad.get_size() bytes.
+void RunMatmul(const MatmulPrimitive& p, dnnl::stream& stream, const float* a, const float* b,
+               float* c, const float* bias, void* scratchpad);
+
+// Number of cached primitives (for tests).
+size_t MatmulCacheSize();
+
+// Sets the calling thread's OpenMP team size for the scope, restoring it after.
+// oneDNN reads omp_get_max_threads() of the calling thread.
+class ScopedOmpThreads {
+ public:
+  explicit ScopedOmpThreads(int n) : saved_(omp_get_max_threads()) { omp_set_num_threads(n); }
+  ~ScopedOmpThreads() { omp_set_num_threads(saved_); }
+  ScopedOmpThreads(const ScopedOmpThreads&) = delete;
+  ScopedOmpThreads& operator=(const ScopedOmpThreads&) = delete;
+
+ private:
+  int saved_;
+};
+
+}  // namespace attn::internal

@@ -1,0 +1,258 @@
+#include <set>
+
+#include "attn/model.h"
+#include "blocked_attention.h"
+
+namespace attn {
+namespace {
+
+// A row range [row0, row0 + rows) of a 2-D weight, or a slice of a 1-D bias.
+TensorView Rows(const Tensor& t, int64_t row0, int64_t rows) {
+  TensorView v = t.view();
+  const int64_t inner = t.shape.size() == 2 ? t.shape[1] : 1;
+  v.data = t.data.data() + row0 * inner;
+  v.shape[0] = rows;
+  return v;
+}
+
+class Builder {
+ public:
+  Builder(std::string name, std::map<std::string, Tensor>* tensors)
+      : name_(std::move(name)), tensors_(tensors) {}
+
+  const Tensor* Find(const std::string& key) {
+    auto it = tensors_->find(key);
+    if (it == tensors_->end()) return nullptr;
+    used_.insert(key);
+    return &it->second;
+  }
+
+  StatusOr<const Tensor*> Require(const std::string& key) {
+    const Tensor* t = Find(key);
+    if (t == nullptr) return Status::InvalidArgument(Prefix() + "missing tensor '" + key + "'");
+    return t;
+  }
+
+  Status CheckRank(const std::string& key, const Tensor& t, size_t rank) {
+    if (t.shape.size() != rank) {
+      return Status::InvalidArgument(Prefix() + "tensor '" + key + "' must have rank " +
+                                     std::to_string(rank) + ", got shape " +
+                                     ShapeToString(t.shape));
+    }
+    return Status::Ok();
+  }
+
+  // A linear layer stored as "<prefix>weight" and an optional "<prefix>bias".
+  StatusOr<LinearView> Linear(const std::string& prefix, bool required = true) {
+    const std::string wkey = prefix + "weight", bkey = prefix + "bias";
+    const Tensor* w = Find(wkey);
+    if (w == nullptr) {
+      if (!required && Find(bkey) == nullptr) return Status::NotFound("");
+      return Status::InvalidArgument(Prefix() + "missing tensor '" + wkey + "'");
+    }
+    ATTN_RETURN_IF_ERROR(CheckRank(wkey, *w, 2));
+    LinearView lin{w->view(), std::nullopt};
+    if (const Tensor* b = Find(bkey)) {
+      ATTN_RETURN_IF_ERROR(CheckRank(bkey, *b, 1));
+      if (b->shape[0] != w->shape[0]) {
+        return Status::InvalidArgument(Prefix() + "tensor '" + bkey + "' must have shape [" +
+                                       std::to_string(w->shape[0]) + "], got " +
+                                       ShapeToString(b->shape));
+      }
+      lin.bias = b->view();
+    }
+    return lin;
+  }
+
+  Status CheckAllUsed(const char* kind) {
+    for (const auto& [key, t] : *tensors_) {
+      if (used_.count(key)) continue;
+      if (key == "bias_k" || key == "bias_v") {
+        return Status::Unimplemented(Prefix() + "tensor '" + key +
+                                     "': add_bias_kv is not supported");
+      }
+      return Status::InvalidArgument(Prefix() + "unexpected tensor '" + key + "' for kind " +
+                                     kind);
+    }
+    return Status::Ok();
+  }
+
+  std::string Prefix() const { return "model '" + name_ + "': "; }
+
+ private:
+  std::string name_;
+  std::map<std::string, Tensor>* tensors_;
+  std::set<std::string> used_;
+};
+
+#define ATTN_ASSIGN_OR_RETURN(lhs, expr) \
+  auto lhs##_or = (expr);                \
+  if (!lhs##_or.ok()) return lhs##_or.status(); \
+  auto lhs = std::move(*lhs##_or)
+
+// nn.MultiheadAttention: in_proj_weight [3E, E] or q/k/v_proj_weight,
+// in_proj_bias [3E], out_proj.weight/bias.
+StatusOr<ProjectionWeights> TorchMultiheadAttention(Builder& b) {
+  ProjectionWeights w;
+  int64_t e = 0;
+  if (const Tensor* in_proj = b.Find("in_proj_weight")) {
+    ATTN_RETURN_IF_ERROR(b.CheckRank("in_proj_weight", *in_proj, 2));
+    if (in_proj->shape[0] % 3 != 0 || in_proj->shape[0] / 3 != in_proj->shape[1]) {
+      return Status::InvalidArgument(b.Prefix() +
+                                     "tensor 'in_proj_weight' must have shape [3E, E], got " +
+                                     ShapeToString(in_proj->shape));
+    }
+    e = in_proj->shape[1];
+    w.q.weight = Rows(*in_proj, 0, e);
+    w.k.weight = Rows(*in_proj, e, e);
+    w.v.weight = Rows(*in_proj, 2 * e, e);
+  } else {
+    ATTN_ASSIGN_OR_RETURN(q, b.Require("q_proj_weight"));
+    ATTN_ASSIGN_OR_RETURN(k, b.Require("k_proj_weight"));
+    ATTN_ASSIGN_OR_RETURN(v, b.Require("v_proj_weight"));
+    ATTN_RETURN_IF_ERROR(b.CheckRank("q_proj_weight", *q, 2));
+    ATTN_RETURN_IF_ERROR(b.CheckRank("k_proj_weight", *k, 2));
+    ATTN_RETURN_IF_ERROR(b.CheckRank("v_proj_weight", *v, 2));
+    e = q->shape[0];
+    for (const auto& [key, t] : {std::pair{"k_proj_weight", k}, std::pair{"v_proj_weight", v}}) {
+      if (t->shape[0] != e) {
+        return Status::InvalidArgument(b.Prefix() + "tensor '" + key + "' must have " +
+                                       std::to_string(e) + " rows (embed_dim), got shape " +
+                                       ShapeToString(t->shape));
+      }
+    }
+    w.q.weight = q->view(), w.k.weight = k->view(), w.v.weight = v->view();
+  }
+  if (const Tensor* bias = b.Find("in_proj_bias")) {
+    ATTN_RETURN_IF_ERROR(b.CheckRank("in_proj_bias", *bias, 1));
+    if (bias->shape[0] != 3 * e) {
+      return Status::InvalidArgument(b.Prefix() + "tensor 'in_proj_bias' must have shape [" +
+                                     std::to_string(3 * e) + "], got " +
+                                     ShapeToString(bias->shape));
+    }
+    w.q.bias = Rows(*bias, 0, e), w.k.bias = Rows(*bias, e, e), w.v.bias = Rows(*bias, 2 * e, e);
+  }
+  ATTN_ASSIGN_OR_RETURN(out, b.Linear("out_proj."));
+  w.out = out;
+  return w;
+}
+
+// Seed modules: SelfAttention/CrossAttention (q_linear.*, k_linear.*,
+// v_linear.*, optional out_linear.*) or MultiHeadSelfAttention (q.*, k.*, v.*, out.*).
+StatusOr<ProjectionWeights> SeedModule(Builder& b, const std::string& q, const std::string& k,
+                                       const std::string& v, const std::string& out,
+                                       bool out_required) {
+  ProjectionWeights w;
+  ATTN_ASSIGN_OR_RETURN(ql, b.Linear(q));
+  ATTN_ASSIGN_OR_RETURN(kl, b.Linear(k));
+  ATTN_ASSIGN_OR_RETURN(vl, b.Linear(v));
+  w.q = ql, w.k = kl, w.v = vl;
+  auto ol = b.Linear(out, out_required);
+  if (ol.ok()) {
+    w.out = *ol;
+  } else if (ol.status().code() != StatusCode::kNotFound) {
+    return ol.status();
+  }
+  return w;
+}
+
+}  // namespace
+
+const char* ModelKindName(ModelKind kind) {
+  switch (kind) {
+    case ModelKind::kAttention: return "attention";
+    case ModelKind::kCrossAttention: return "cross_attention";
+    case ModelKind::kMultiHeadAttention: return "multi_head_attention";
+  }
+  return "unknown";
+}
+
+StatusOr<ModelKind> ParseModelKind(const std::string& name) {
+  for (ModelKind k :
+       {ModelKind::kAttention, ModelKind::kCrossAttention, ModelKind::kMultiHeadAttention}) {
+    if (name == ModelKindName(k)) return k;
+  }
+  return Status::InvalidArgument(
+      "kind: expected attention, cross_attention or multi_head_attention, got '" + name + "'");
+}
+
+StatusOr<AttentionModel> AttentionModel::FromTensors(std::string name, ModelKind kind,
+                                                     int64_t num_heads,
+                                                     std::map<std::string, Tensor> tensors) {
+  AttentionModel model;
+  model.tensors_ = std::move(tensors);
+  Builder b(name, &model.tensors_);
+  StatusOr<ProjectionWeights> w = Status::Internal("unset");
+  if (kind == ModelKind::kMultiHeadAttention) {
+    w = model.tensors_.count("q.weight") ? SeedModule(b, "q.", "k.", "v.", "out.", true)
+                                         : TorchMultiheadAttention(b);
+  } else {
+    w = SeedModule(b, "q_linear.", "k_linear.", "v_linear.", "out_linear.", false);
+  }
+  if (!w.ok()) return w.status();
+  ATTN_RETURN_IF_ERROR(b.CheckAllUsed(ModelKindName(kind)));
+  const ProjectionWeights& p = *w;
+
+  // The same shape rules the kernels apply, checked once at load time.
+  const int64_t e = p.q.weight.shape[0], ev = p.v.weight.shape[0];
+  auto fail = [&](const std::string& what) {
+    return Status::InvalidArgument(b.Prefix() + what);
+  };
+  if (p.k.weight.shape[0] != e) {
+    return fail("key projection has " + std::to_string(p.k.weight.shape[0]) +
+                " outputs, query projection " + std::to_string(e));
+  }
+  if (p.out.has_value() && p.out->weight.shape[1] != ev) {
+    return fail("output projection takes " + std::to_string(p.out->weight.shape[1]) +
+                " inputs, value projection gives " + std::to_string(ev));
+  }
+  if (num_heads < 1 || e % num_heads != 0 || ev % num_heads != 0) {
+    return fail("num_heads " + std::to_string(num_heads) +
+                " must be positive and divide the projection widths (" + std::to_string(e) +
+                ", " + std::to_string(ev) + ")");
+  }
+  model.projections_ = p;
+  model.info_.name = std::move(name);
+  model.info_.kind = kind;
+  model.info_.num_heads = num_heads;
+  model.info_.embed_dim = p.q.weight.shape[1];
+  model.info_.kdim = p.k.weight.shape[1];
+  model.info_.vdim = p.v.weight.shape[1];
+  model.info_.has_bias = p.q.bias.has_value() || p.k.bias.has_value() || p.v.bias.has_value();
+  model.info_.has_out_proj = p.out.has_value();
+  return model;
+}
+
+StatusOr<AttentionModel> AttentionModel::LoadSafetensors(const std::string& path) {
+  auto file = ReadSafetensorsFile(path);
+  if (!file.ok()) return file.status();
+  std::string stem = path.substr(path.find_last_of('/') + 1);
+  if (const auto dot = stem.rfind('.'); dot != std::string::npos && dot > 0) stem.resize(dot);
+
+  auto kind_it = file->metadata.find("kind");
+  if (kind_it == file->metadata.end()) {
+    return Status::InvalidArgument(path + ": __metadata__ has no 'kind'");
+  }
+  auto kind = ParseModelKind(kind_it->second);
+  if (!kind.ok()) return Status::InvalidArgument(path + ": __metadata__ " + kind.status().message());
+  int64_t heads = 1;
+  auto heads_it = file->metadata.find("num_heads");
+  if (heads_it != file->metadata.end()) {
+    const std::string& s = heads_it->second;
+    char* end = nullptr;
+    const long long v = std::strtoll(s.c_str(), &end, 10);
+    if (s.empty() || end != s.c_str() + s.size() || v < 1 || v > (1 << 20)) {
+      return Status::InvalidArgument(path + ": __metadata__ num_heads must be a positive integer, got '" + s + "'");
+    }
+    heads = v;
+  } else if (*kind == ModelKind::kMultiHeadAttention) {
+    return Status::InvalidArgument(path + ": __metadata__ has no 'num_heads' (required for multi_head_attention)");
+  }
+  auto model = FromTensors(stem, *kind, heads, std::move(file->tensors));
+  if (!model.ok()) {
+    return Status(model.status().code(), path + ": " + model.status().message());
+  }
+  return model;
+}
+
+}  // namespace attn

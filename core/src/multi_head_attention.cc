@@ -1,0 +1,311 @@
+// Multi-head attention with projections: nn.MultiheadAttention semantics.
+//
+// Q, K and V are projected with oneDNN matmuls (the nn.Linear weight [out, in]
+// is read as [in, out] through a transposed format tag), the projected
+// [B, L, H, Dh] tensors are handed to the blocked kernel as [B, H, L, Dh]
+// strided views, and the kernel writes its output straight into [B, L, H, Dv]
+// order, ready for the output projection. No tensor is transposed.
+#include <cmath>
+#include <string>
+
+#include <dnnl.hpp>
+
+#include "attn/attention.h"
+#include "attn/threading.h"
+#include "blocked_attention.h"
+#include "matmul_cache.h"
+#include "softmax_kernels.h"
+
+namespace attn {
+namespace {
+
+constexpr double kSerialFlops = 4.0e6;
+
+Status ValidateLinear(const LinearView& lin, const std::string& name) {
+  ATTN_RETURN_IF_ERROR(internal::ValidateFloatView(lin.weight, name + "_weight", 2, 2));
+  if (lin.weight.strides[1] != 1 || lin.weight.strides[0] < lin.weight.shape[1]) {
+    return Status::InvalidArgument(name + "_weight: must be row-major [out, in]");
+  }
+  if (lin.weight.shape[0] == 0 || lin.weight.shape[1] == 0) {
+    return Status::InvalidArgument(name + "_weight: dims must be positive, got " +
+                                   ShapeToString(lin.weight.shape));
+  }
+  if (lin.bias.has_value()) {
+    ATTN_RETURN_IF_ERROR(internal::ValidateFloatView(*lin.bias, name + "_bias", 1, 1));
+    if (lin.bias->shape[0] != lin.weight.shape[0]) {
+      return Status::InvalidArgument(name + "_bias: expected shape [" +
+                                     std::to_string(lin.weight.shape[0]) + "] (" + name +
+                                     "_weight's out_features), got " +
+                                     ShapeToString(lin.bias->shape));
+    }
+    if (lin.bias->strides[0] != 1) {
+      return Status::InvalidArgument(name + "_bias: must be contiguous");
+    }
+  }
+  return Status::Ok();
+}
+
+struct Workspace {
+  FloatBuffer scratch;
+  std::unique_ptr<dnnl::stream> stream;
+};
+
+Workspace& ThreadWorkspace() {
+  thread_local Workspace ws;
+  return ws;
+}
+
+// y[m, out] (row stride ldy) = x[m, in] (row stride ldx) W^T + b, where W is
+// `out` rows of an [*, in] weight with row stride ldw.
+void RunLinear(const float* x, int64_t m, int64_t in, int64_t ldx, const float* weight,
+               int64_t out, int64_t ldw, const float* bias, float* y, int64_t ldy) {
+  if (m == 0) return;
+  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(in) *
+                       static_cast<double>(out);
+  const int threads = flops < kSerialFlops ? 1 : ComputeThreads();
+  internal::ScopedOmpThreads scope(threads);
+  auto prim = internal::GetMatmul(
+      {m, out, in, ldx, ldw, ldy, /*b_transposed=*/true, bias != nullptr, false, threads});
+  Workspace& ws = ThreadWorkspace();
+  const size_t need = prim->scratchpad.get_size() / sizeof(float) + 1;
+  if (ws.scratch.size() < need) ws.scratch.resize(need);
+  if (!ws.stream) ws.stream = std::make_unique<dnnl::stream>(internal::CpuEngine());
+  internal::RunMatmul(*prim, *ws.stream, x, weight, y, bias, ws.scratch.data());
+}
+
+// A [B, L, E] (or [L, E]) input as rows of a matrix: returns the row pointer
+// and row stride, packing into `storage` when the rows are not evenly strided.
+const float* AsRows(const TensorView& t, int64_t* ld, Tensor* storage) {
+  const int r = t.rank();
+  const int64_t rows_per_batch = t.dim(-2);
+  const bool inner_dense = t.stride(-1) == 1;
+  const bool uniform = r == 2 || t.shape[0] <= 1 || t.strides[0] == rows_per_batch * t.stride(-2);
+  if (inner_dense && uniform && t.stride(-2) >= t.dim(-1)) {
+    *ld = t.stride(-2);
+    return t.f32();
+  }
+  const int64_t batch = r == 3 ? t.shape[0] : 1, e = t.dim(-1);
+  *storage = Tensor({batch * rows_per_batch, e});
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t i = 0; i < rows_per_batch; ++i) {
+      const float* src = t.f32() + (r == 3 ? b * t.strides[0] : 0) + i * t.stride(-2);
+      float* dst = storage->data.data() + (b * rows_per_batch + i) * e;
+      for (int64_t c = 0; c < e; ++c) dst[c] = src[c * t.stride(-1)];
+    }
+  }
+  *ld = e;
+  return storage->data.data();
+}
+
+bool SameView(const TensorView& a, const TensorView& b) {
+  return a.data == b.data && a.shape == b.shape && a.strides == b.strides;
+}
+
+// True when q, k and v are consecutive row ranges of one [3E, in] weight (and
+// bias), as nn.MultiheadAttention's in_proj_weight is: one matmul then
+// projects all three.
+bool PackedInProjection(const ProjectionWeights& w) {
+  const int64_t e = w.q.weight.shape[0], ld = w.q.weight.strides[0];
+  auto rows_follow = [&](const LinearView& a, const LinearView& b) {
+    return b.weight.shape[0] == e && b.weight.shape[1] == a.weight.shape[1] &&
+           b.weight.strides[0] == ld && b.weight.f32() == a.weight.f32() + e * ld &&
+           a.bias.has_value() == b.bias.has_value() &&
+           (!a.bias.has_value() || b.bias->f32() == a.bias->f32() + e);
+  };
+  return rows_follow(w.q, w.k) && rows_follow(w.k, w.v);
+}
+
+StatusOr<AttentionResult> Mha(const ProjectionWeights& w, const TensorView& query,
+                              const TensorView& key, const TensorView& value,
+                              const MultiHeadAttentionOptions& opt) {
+  ATTN_RETURN_IF_ERROR(internal::ValidateFloatView(query, "query", 2, 3));
+  ATTN_RETURN_IF_ERROR(internal::ValidateFloatView(key, "key", 2, 3));
+  ATTN_RETURN_IF_ERROR(internal::ValidateFloatView(value, "value", 2, 3));
+  ATTN_RETURN_IF_ERROR(ValidateLinear(w.q, "q"));
+  ATTN_RETURN_IF_ERROR(ValidateLinear(w.k, "k"));
+  ATTN_RETURN_IF_ERROR(ValidateLinear(w.v, "v"));
+  if (w.out.has_value()) ATTN_RETURN_IF_ERROR(ValidateLinear(*w.out, "out"));
+
+  const bool unbatched = query.rank() == 2;
+  for (const auto* t : {&key, &value}) {
+    const char* name = t == &key ? "key" : "value";
+    if (t->rank() != query.rank()) {
+      return Status::InvalidArgument(std::string(name) + ": rank must equal query's (" +
+                                     std::to_string(query.rank()) + "), got " +
+                                     std::to_string(t->rank()));
+    }
+    if (!unbatched && t->shape[0] != query.shape[0]) {
+      return Status::InvalidArgument(std::string(name) + ": dim 0 (batch) must equal query's (" +
+                                     std::to_string(query.shape[0]) + "), got " +
+                                     std::to_string(t->shape[0]));
+    }
+  }
+  if (value.dim(-2) != key.dim(-2)) {
+    return Status::InvalidArgument("value: dim -2 (Lk) must equal key's (" +
+                                   std::to_string(key.dim(-2)) + "), got " +
+                                   std::to_string(value.dim(-2)));
+  }
+  auto check_in = [](const TensorView& x, const char* name, const LinearView& lin,
+                     const char* wname) -> Status {
+    if (x.dim(-1) != lin.weight.shape[1]) {
+      return Status::InvalidArgument(std::string(name) + ": last dim must equal " + wname +
+                                     "_weight's in_features (" +
+                                     std::to_string(lin.weight.shape[1]) + "), got " +
+                                     std::to_string(x.dim(-1)));
+    }
+    return Status::Ok();
+  };
+  ATTN_RETURN_IF_ERROR(check_in(query, "query", w.q, "q"));
+  ATTN_RETURN_IF_ERROR(check_in(key, "key", w.k, "k"));
+  ATTN_RETURN_IF_ERROR(check_in(value, "value", w.v, "v"));
+  const int64_t e = w.q.weight.shape[0], ev = w.v.weight.shape[0];
+  if (w.k.weight.shape[0] != e) {
+    return Status::InvalidArgument("k_weight: out_features must equal q_weight's (" +
+                                   std::to_string(e) + "), got " +
+                                   std::to_string(w.k.weight.shape[0]));
+  }
+  if (w.out.has_value() && w.out->weight.shape[1] != ev) {
+    return Status::InvalidArgument("out_weight: in_features must equal v_weight's out_features (" +
+                                   std::to_string(ev) + "), got " +
+                                   std::to_string(w.out->weight.shape[1]));
+  }
+  const int64_t h = opt.num_heads;
+  if (h < 1) {
+    return Status::InvalidArgument("num_heads: must be positive, got " + std::to_string(h));
+  }
+  if (e % h != 0 || ev % h != 0) {
+    return Status::InvalidArgument("num_heads: must divide the projection widths (q " +
+                                   std::to_string(e) + ", v " + std::to_string(ev) + "), got " +
+                                   std::to_string(h));
+  }
+  const int64_t dh = e / h, dvh = ev / h;
+  auto scale = internal::ResolveScale(opt.scale, dh);
+  if (!scale.ok()) return scale.status();
+
+  const int64_t batch = unbatched ? 1 : query.shape[0];
+  const int64_t lq = query.dim(-2), lk = key.dim(-2);
+  internal::AttentionProblem p;
+  p.batch = batch, p.heads = h, p.lq = lq, p.lk = lk, p.d = dh, p.dv = dvh;
+  p.scale = *scale;
+  ATTN_RETURN_IF_ERROR(internal::ResolveMasks(opt.masks, unbatched, &p));
+  // Every buffer below is at most a product of these checked shapes.
+  const int64_t eo = w.out.has_value() ? w.out->weight.shape[0] : ev;
+  for (const Shape& s : {Shape{batch, lq, 3 * std::max(e, ev)}, Shape{batch, lk, e + ev},
+                         Shape{batch, lq, eo}, Shape{batch, h, lq, lk}}) {
+    auto n = CheckedNumElements(s, "attention buffers");
+    if (!n.ok()) return n.status();
+  }
+
+  // Projections.
+  Tensor q_storage, k_storage, v_storage, projected_qkv, projected_q, projected_k, projected_v;
+  int64_t ldq_in = 0, ldk_in = 0, ldv_in = 0;
+  const float* xq = AsRows(query, &ldq_in, &q_storage);
+  if (SameView(query, key) && SameView(query, value) && ev == e && PackedInProjection(w)) {
+    // Self-attention with a packed in_proj_weight: one [B*L, 3E] matmul.
+    projected_qkv = Tensor({batch * lq, 3 * e});
+    RunLinear(xq, batch * lq, query.dim(-1), ldq_in, w.q.weight.f32(), 3 * e,
+              w.q.weight.strides[0], w.q.bias ? w.q.bias->f32() : nullptr,
+              projected_qkv.data.data(), 3 * e);
+    const float* base = projected_qkv.data.data();
+    p.q = {base, {lq * 3 * e, dh, 3 * e, 1}};
+    p.k = {base + e, {lk * 3 * e, dh, 3 * e, 1}};
+    p.v = {base + 2 * e, {lk * 3 * e, dvh, 3 * e, 1}};
+  } else {
+    const float* xk = AsRows(key, &ldk_in, &k_storage);
+    const float* xv = AsRows(value, &ldv_in, &v_storage);
+    projected_q = Tensor({batch * lq, e});
+    projected_k = Tensor({batch * lk, e});
+    projected_v = Tensor({batch * lk, ev});
+    auto project = [](const float* x, int64_t m, int64_t in, int64_t ldx, const LinearView& lin,
+                      Tensor* y) {
+      RunLinear(x, m, in, ldx, lin.weight.f32(), lin.weight.shape[0], lin.weight.strides[0],
+                lin.bias ? lin.bias->f32() : nullptr, y->data.data(), lin.weight.shape[0]);
+    };
+    project(xq, batch * lq, query.dim(-1), ldq_in, w.q, &projected_q);
+    project(xk, batch * lk, key.dim(-1), ldk_in, w.k, &projected_k);
+    project(xv, batch * lk, value.dim(-1), ldv_in, w.v, &projected_v);
+    p.q = {projected_q.data.data(), {lq * e, dh, e, 1}};
+    p.k = {projected_k.data.data(), {lk * e, dh, e, 1}};
+    p.v = {projected_v.data.data(), {lk * ev, dvh, ev, 1}};
+  }
+
+  // Attention, written as [B, Lq, H, Dvh] = [B * Lq, Ev].
+  Tensor attended({batch * lq, ev});
+  p.out = attended.data.data();
+  p.out_stride[0] = lq * ev, p.out_stride[1] = dvh, p.out_stride[2] = ev;
+  Tensor per_head;
+  if (opt.need_weights) {
+    per_head = Tensor({batch, h, lq, lk});
+    p.weights = per_head.data.data();
+  }
+  ATTN_RETURN_IF_ERROR(internal::RunBlockedAttention(p, opt.cancelled));
+
+  AttentionResult result;
+  if (w.out.has_value()) {
+    result.output = Tensor({batch * lq, eo});
+    RunLinear(attended.data.data(), batch * lq, ev, ev, w.out->weight.f32(), eo,
+              w.out->weight.strides[0], w.out->bias ? w.out->bias->f32() : nullptr,
+              result.output.data.data(), eo);
+  } else {
+    result.output = std::move(attended);
+  }
+  result.output.shape = unbatched ? Shape{lq, eo} : Shape{batch, lq, eo};
+
+  if (opt.need_weights) {
+    if (opt.average_weights) {
+      Tensor avg(unbatched ? Shape{lq, lk} : Shape{batch, lq, lk});
+      const float inv_h = 1.0f / static_cast<float>(h);
+      const int64_t plane = lq * lk;
+      for (int64_t b = 0; b < batch; ++b) {
+        float* dst = avg.data.data() + b * plane;
+        for (int64_t hh = 0; hh < h; ++hh) {
+          const float* src = per_head.data.data() + (b * h + hh) * plane;
+          for (int64_t i = 0; i < plane; ++i) dst[i] += src[i];
+        }
+        for (int64_t i = 0; i < plane; ++i) dst[i] *= inv_h;
+      }
+      result.weights = std::move(avg);
+    } else {
+      if (unbatched) per_head.shape = {h, lq, lk};
+      result.weights = std::move(per_head);
+    }
+  }
+  return result;
+}
+
+}  // namespace
+
+StatusOr<AttentionResult> MultiHeadAttention(const ProjectionWeights& weights,
+                                             const TensorView& query, const TensorView& key,
+                                             const TensorView& value,
+                                             const MultiHeadAttentionOptions& options) {
+  try {
+    return Mha(weights, query, key, value, options);
+  } catch (const dnnl::error& e) {
+    return Status::Internal(std::string("multi-head attention: oneDNN error: ") + e.what());
+  } catch (const std::bad_alloc&) {
+    return Status::ResourceExhausted("multi-head attention: out of memory");
+  } catch (const std::exception& e) {
+    return Status::Internal(std::string("multi-head attention: ") + e.what());
+  }
+}
+
+const char* OneDnnIsaName() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::sse41: return "sse41";
+    case dnnl::cpu_isa::avx: return "avx";
+    case dnnl::cpu_isa::avx2: return "avx2";
+    case dnnl::cpu_isa::avx512_mic: return "avx512_mic";
+    case dnnl::cpu_isa::avx512_mic_4ops: return "avx512_mic_4ops";
+    case dnnl::cpu_isa::avx512_core: return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
+    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
+    default: return "other";
+  }
+}
+
+bool UsingAvx512Kernels() { return internal::GetSoftmaxKernels().avx512; }
+
+}  // namespace attn

@@ -1,0 +1,106 @@
+#include <string>
+
+#include <dnnl.hpp>
+
+#include "attn/attention.h"
+#include "blocked_attention.h"
+
+namespace attn {
+namespace {
+
+const char* LeadingDimName(int rank, int i) {
+  if (rank == 4) return i == 0 ? "batch" : "heads";
+  return "batch";
+}
+
+StatusOr<AttentionResult> Sdpa(const TensorView& q, const TensorView& k, const TensorView& v,
+                               const ScaledDotProductAttentionOptions& opt) {
+  ATTN_RETURN_IF_ERROR(internal::ValidateFloatView(q, "query", 2, 4));
+  ATTN_RETURN_IF_ERROR(internal::ValidateFloatView(k, "key", 2, 4));
+  ATTN_RETURN_IF_ERROR(internal::ValidateFloatView(v, "value", 2, 4));
+  const int rank = q.rank();
+  for (const auto* t : {&k, &v}) {
+    const char* name = t == &k ? "key" : "value";
+    if (t->rank() != rank) {
+      return Status::InvalidArgument(std::string(name) + ": rank must equal query's (" +
+                                     std::to_string(rank) + "), got " +
+                                     std::to_string(t->rank()));
+    }
+    for (int i = 0; i < rank - 2; ++i) {
+      if (t->shape[i] != q.shape[i]) {
+        return Status::InvalidArgument(std::string(name) + ": dim " + std::to_string(i) + " (" +
+                                       LeadingDimName(rank, i) + ") must equal query's (" +
+                                       std::to_string(q.shape[i]) + "), got " +
+                                       std::to_string(t->shape[i]));
+      }
+    }
+  }
+  const int64_t d = q.dim(-1);
+  if (d == 0) return Status::InvalidArgument("query: last dim (D) must be positive, got 0");
+  if (k.dim(-1) != d) {
+    return Status::InvalidArgument("key: last dim must equal query's (" + std::to_string(d) +
+                                   "), got " + std::to_string(k.dim(-1)));
+  }
+  if (v.dim(-2) != k.dim(-2)) {
+    return Status::InvalidArgument("value: dim -2 (Lk) must equal key's (" +
+                                   std::to_string(k.dim(-2)) + "), got " +
+                                   std::to_string(v.dim(-2)));
+  }
+  auto scale = internal::ResolveScale(opt.scale, d);
+  if (!scale.ok()) return scale.status();
+
+  internal::AttentionProblem p;
+  p.batch = rank >= 3 ? q.shape[0] : 1;
+  p.heads = rank == 4 ? q.shape[1] : 1;
+  p.lq = q.dim(-2), p.lk = k.dim(-2), p.d = d, p.dv = v.dim(-1);
+  p.scale = *scale;
+  auto set_strides = [rank](const TensorView& t, internal::Strided4D* s) {
+    s->data = t.f32();
+    s->stride[0] = rank >= 3 ? t.strides[0] : 0;
+    s->stride[1] = rank == 4 ? t.strides[1] : 0;
+    s->stride[2] = t.strides[rank - 2];
+    s->stride[3] = t.strides[rank - 1];
+  };
+  set_strides(q, &p.q), set_strides(k, &p.k), set_strides(v, &p.v);
+  ATTN_RETURN_IF_ERROR(internal::ResolveMasks(opt.masks, rank == 2, &p));
+
+  Shape lead(q.shape.begin(), q.shape.end() - 2);
+  Shape out_shape = lead, w_shape = lead;
+  out_shape.insert(out_shape.end(), {p.lq, p.dv});
+  w_shape.insert(w_shape.end(), {p.lq, p.lk});
+  auto out_n = CheckedNumElements(out_shape, "output");
+  if (!out_n.ok()) return out_n.status();
+  if (opt.need_weights) {
+    auto w_n = CheckedNumElements(w_shape, "weights");
+    if (!w_n.ok()) return w_n.status();
+  }
+
+  AttentionResult result;
+  result.output = Tensor(out_shape);
+  p.out = result.output.data.data();
+  p.out_stride[0] = p.heads * p.lq * p.dv, p.out_stride[1] = p.lq * p.dv, p.out_stride[2] = p.dv;
+  if (opt.need_weights) {
+    result.weights = Tensor(w_shape);
+    p.weights = result.weights->data.data();
+  }
+  ATTN_RETURN_IF_ERROR(internal::RunBlockedAttention(p, opt.cancelled));
+  return result;
+}
+
+}  // namespace
+
+StatusOr<AttentionResult> ScaledDotProductAttention(const TensorView& query, const TensorView& key,
+                                                    const TensorView& value,
+                                                    const ScaledDotProductAttentionOptions& options) {
+  try {
+    return Sdpa(query, key, value, options);
+  } catch (const dnnl::error& e) {
+    return Status::Internal(std::string("attention: oneDNN error: ") + e.what());
+  } catch (const std::bad_alloc&) {
+    return Status::ResourceExhausted("attention: out of memory");
+  } catch (const std::exception& e) {
+    return Status::Internal(std::string("attention: ") + e.what());
+  }
+}
+
+}  // namespace attn

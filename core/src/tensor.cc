@@ -1,0 +1,77 @@
+#include "attn/tensor.h"
+
+#include <limits>
+
+namespace attn {
+
+const char* DataTypeName(DataType dtype) {
+  switch (dtype) {
+    case DataType::kFloat32: return "float32";
+    case DataType::kBool: return "bool";
+  }
+  return "unknown";
+}
+
+std::string ShapeToString(const Shape& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+StatusOr<int64_t> CheckedNumElements(const Shape& shape, const std::string& what) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) {
+      return Status::InvalidArgument(what + ": dims must be non-negative, got " +
+                                     ShapeToString(shape));
+    }
+    if (d != 0 && n > std::numeric_limits<int64_t>::max() / d) {
+      return Status::InvalidArgument(what + ": element count of " + ShapeToString(shape) +
+                                     " overflows int64");
+    }
+    n *= d;
+  }
+  return n;
+}
+
+Shape DenseStrides(const Shape& shape) {
+  Shape strides(shape.size());
+  int64_t s = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    strides[i] = s;
+    s *= shape[i];
+  }
+  return strides;
+}
+
+TensorView TensorView::Dense(const float* data, Shape shape) {
+  TensorView v;
+  v.dtype = DataType::kFloat32;
+  v.data = data;
+  v.strides = DenseStrides(shape);
+  v.shape = std::move(shape);
+  return v;
+}
+
+TensorView TensorView::DenseBool(const uint8_t* data, Shape shape) {
+  TensorView v;
+  v.dtype = DataType::kBool;
+  v.data = data;
+  v.strides = DenseStrides(shape);
+  v.shape = std::move(shape);
+  return v;
+}
+
+Tensor::Tensor(Shape s) : shape(std::move(s)) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  data.assign(static_cast<size_t>(n), 0.0f);
+}
+
+Tensor::Tensor(Shape s, std::initializer_list<float> values)
+    : shape(std::move(s)), data(values.begin(), values.end()) {}
+
+}  // namespace attn

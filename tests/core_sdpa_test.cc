@@ -1,0 +1,419 @@
+// ScaledDotProductAttention against the float64 reference: the seed's worked
+// example, a sweep of shapes x ranks x mask combinations, fully masked rows,
+// strided inputs, thread counts, cancellation and the error messages.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "attn/attention.h"
+#include "attn/threading.h"
+#include "float64_reference.h"
+#include "tensor_compare.h"
+
+namespace attn {
+namespace {
+
+using attn_test::AllClose;
+using attn_test::MaxAbs;
+using attn_test::RandomFloats;
+using attn_test::ToDouble;
+
+constexpr double kRtol = 1e-5;
+
+// The seed's worked example: X is 5x2, W^Q = W^K = W^V = I, d_k = 2, so the
+// self-attention is SDPA(X, X, X) with scale 1/sqrt(2).
+TEST(SeedExample, SelfAttentionMatchesFloat64Recomputation) {
+  const std::vector<float> x = {1, 0, 0, 1, 1, 1, 1, 1, 0.5f, 1};
+  const TensorView xv = TensorView::Dense(x.data(), {5, 2});
+  ScaledDotProductAttentionOptions opt;
+  opt.need_weights = true;
+  auto r = ScaledDotProductAttention(xv, xv, xv, opt);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->output.shape, (Shape{5, 2}));
+  EXPECT_EQ(r->weights->shape, (Shape{5, 5}));
+
+  attn_test::RefProblem p;
+  p.lq = p.lk = 5, p.d = p.dv = 2;
+  p.q = p.k = p.v = ToDouble(x.data(), x.size());
+  p.scale = 1.0 / std::sqrt(2.0);
+  auto ref = attn_test::ReferenceAttention(p);
+  EXPECT_TRUE(AllClose(r->output.data.data(), ref.out, kRtol, 0));
+  EXPECT_TRUE(AllClose(r->weights->data.data(), ref.weights, kRtol, 0));
+
+  // The exact values quoted in shared/seeds/README.md (the seed's own
+  // printed numbers are rounded and partly wrong).
+  EXPECT_NEAR(r->output.data[0], 0.7988, 1e-4);
+  EXPECT_NEAR(r->output.data[1], 0.7616, 1e-4);
+  const double w0[5] = {0.2384, 0.1175, 0.2384, 0.2384, 0.1674};
+  for (int j = 0; j < 5; ++j) EXPECT_NEAR(r->weights->data[j], w0[j], 1e-4) << j;
+  for (int i = 0; i < 5; ++i) {
+    double row = 0;
+    for (int j = 0; j < 5; ++j) row += r->weights->data[i * 5 + j];
+    EXPECT_NEAR(row, 1.0, 1e-6) << "weights row " << i << " must sum to 1";
+  }
+}
+
+enum MaskBits { kCausal = 1, kPadding = 2, kBias = 4 };
+
+struct Case {
+  int rank;  // 2, 3 or 4
+  int64_t b, h, lq, lk, d, dv;
+  int masks;
+  int bias_rank;  // 2, 3 or 4 when kBias
+  bool weights;
+};
+
+std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  std::string s = "r" + std::to_string(c.rank) + "_b" + std::to_string(c.b) + "h" +
+                  std::to_string(c.h) + "_q" + std::to_string(c.lq) + "k" + std::to_string(c.lk) +
+                  "_d" + std::to_string(c.d) + "v" + std::to_string(c.dv);
+  if (c.masks & kCausal) s += "_causal";
+  if (c.masks & kPadding) s += "_kpm";
+  if (c.masks & kBias) s += "_bias" + std::to_string(c.bias_rank);
+  if (c.weights) s += "_w";
+  return s;
+}
+
+class SdpaSweep : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SdpaSweep, MatchesFloat64Reference) {
+  const Case c = GetParam();
+  const int64_t b = c.rank >= 3 ? c.b : 1, h = c.rank == 4 ? c.h : 1;
+  std::mt19937 rng(static_cast<unsigned>(c.lq * 131 + c.lk * 7 + c.d + c.masks * 1000));
+  auto q = RandomFloats(b * h * c.lq * c.d, rng);
+  auto k = RandomFloats(b * h * c.lk * c.d, rng);
+  auto v = RandomFloats(b * h * c.lk * c.dv, rng);
+  Shape lead;
+  if (c.rank >= 3) lead.push_back(b);
+  if (c.rank == 4) lead.push_back(h);
+  auto shape = [&](int64_t l, int64_t d) {
+    Shape s = lead;
+    s.push_back(l), s.push_back(d);
+    return s;
+  };
+
+  attn_test::RefProblem p;
+  p.b = b, p.h = h, p.lq = c.lq, p.lk = c.lk, p.d = c.d, p.dv = c.dv;
+  p.q = ToDouble(q.data(), q.size());
+  p.k = ToDouble(k.data(), k.size());
+  p.v = ToDouble(v.data(), v.size());
+  p.scale = 1.0 / std::sqrt(static_cast<double>(c.d));
+  p.causal = (c.masks & kCausal) != 0;
+
+  ScaledDotProductAttentionOptions opt;
+  opt.need_weights = c.weights;
+  opt.masks.causal = p.causal;
+  std::vector<uint8_t> kpm;
+  if (c.masks & kPadding) {
+    kpm.resize(b * c.lk);
+    std::bernoulli_distribution pad(0.3);
+    for (auto& m : kpm) m = pad(rng);
+    kpm[0] = 1;  // pad key 0: with causal, query 0 is fully masked in batch 0
+    if (b > 1) std::fill(kpm.begin() + c.lk, kpm.begin() + 2 * c.lk, 1);  // a fully padded batch
+    p.kpm = kpm;
+    opt.masks.key_padding_mask = TensorView::DenseBool(kpm.data(), {b, c.lk});
+  }
+  std::vector<float> bias;
+  if (c.masks & kBias) {
+    // Broadcast from [Lq, Lk], [B, Lq, Lk] or [B, H, Lq, Lk].
+    const int64_t bb = c.bias_rank >= 3 ? b : 1, bh = c.bias_rank == 4 ? h : 1;
+    bias = RandomFloats(bb * bh * c.lq * c.lk, rng, 2.0f);
+    bias[bias.size() / 2] = -std::numeric_limits<float>::infinity();  // a masked key
+    Shape bs = {c.lq, c.lk};
+    if (c.bias_rank == 4) bs.insert(bs.begin(), bh);
+    if (c.bias_rank >= 3) bs.insert(bs.begin(), bb);
+    opt.masks.attn_bias = TensorView::Dense(bias.data(), bs);
+    p.bias.resize(b * h * c.lq * c.lk);
+    for (int64_t ib = 0; ib < b; ++ib)
+      for (int64_t ih = 0; ih < h; ++ih)
+        for (int64_t i = 0; i < c.lq * c.lk; ++i)
+          p.bias[(ib * h + ih) * c.lq * c.lk + i] =
+              bias[((bb > 1 ? ib : 0) * bh + (bh > 1 ? ih : 0)) * c.lq * c.lk + i];
+  }
+
+  auto r = ScaledDotProductAttention(TensorView::Dense(q.data(), shape(c.lq, c.d)),
+                                     TensorView::Dense(k.data(), shape(c.lk, c.d)),
+                                     TensorView::Dense(v.data(), shape(c.lk, c.dv)), opt);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->output.shape, shape(c.lq, c.dv));
+  const auto ref = attn_test::ReferenceAttention(p);
+  EXPECT_TRUE(AllClose(r->output.data.data(), ref.out, kRtol, MaxAbs(p.v)));
+  for (float x : r->output.data) ASSERT_FALSE(std::isnan(x));
+  if (c.weights) {
+    ASSERT_TRUE(r->weights.has_value());
+    EXPECT_EQ(r->weights->shape, shape(c.lq, c.lk));
+    EXPECT_TRUE(AllClose(r->weights->data.data(), ref.weights, kRtol, 1e-6));
+  } else {
+    EXPECT_FALSE(r->weights.has_value());
+  }
+}
+
+std::vector<Case> SweepCases() {
+  std::vector<Case> cases;
+  // Shapes around the 256 x 512 blocking, SIMD tails, D != Dv, Lq != Lk.
+  const std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>> shapes = {
+      {1, 1, 1, 1, 1, 1},     {2, 3, 7, 5, 4, 3},     {2, 2, 17, 33, 16, 16},
+      {1, 2, 64, 64, 64, 64}, {2, 1, 300, 600, 32, 48}, {1, 2, 600, 300, 64, 32},
+      {1, 1, 513, 1030, 8, 8}};
+  for (const auto& [b, h, lq, lk, d, dv] : shapes) {
+    for (int rank : {2, 3, 4}) {
+      for (int masks = 0; masks < 8; ++masks) {
+        for (bool w : {false, true}) {
+          if (rank != 4 && masks != 0 && masks != 7 && w) continue;  // keep the sweep quick
+          const int bias_rank = 2 + (masks + rank + static_cast<int>(lq)) % 3;
+          cases.push_back({rank, b, h, lq, lk, d, dv, masks, (masks & kBias) ? bias_rank : 0, w});
+        }
+      }
+    }
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, SdpaSweep, ::testing::ValuesIn(SweepCases()), CaseName);
+
+TEST(Sdpa, FullyMaskedRowsGiveZerosNotNaN) {
+  std::mt19937 rng(1);
+  auto q = RandomFloats(2 * 4 * 8, rng), k = RandomFloats(2 * 6 * 8, rng),
+       v = RandomFloats(2 * 6 * 8, rng);
+  std::vector<uint8_t> kpm(2 * 6, 0);
+  std::fill(kpm.begin(), kpm.begin() + 6, 1);  // every key of batch 0 padded
+  std::vector<float> bias(4 * 6, 0.0f);
+  for (int j = 0; j < 6; ++j) bias[2 * 6 + j] = -INFINITY;  // query 2 sees nothing
+  ScaledDotProductAttentionOptions opt;
+  opt.need_weights = true;
+  opt.masks.key_padding_mask = TensorView::DenseBool(kpm.data(), {2, 6});
+  opt.masks.attn_bias = TensorView::Dense(bias.data(), {4, 6});
+  auto r = ScaledDotProductAttention(TensorView::Dense(q.data(), {2, 4, 8}),
+                                     TensorView::Dense(k.data(), {2, 6, 8}),
+                                     TensorView::Dense(v.data(), {2, 6, 8}), opt);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  for (int i = 0; i < 4 * 8; ++i) EXPECT_EQ(r->output.data[i], 0.0f);  // batch 0
+  for (int c = 0; c < 8; ++c) EXPECT_EQ(r->output.data[(4 + 2) * 8 + c], 0.0f);  // b1 q2
+  for (int j = 0; j < 6; ++j) EXPECT_EQ(r->weights->data[(4 + 2) * 6 + j], 0.0f);
+  double row = 0;
+  for (int j = 0; j < 6; ++j) row += r->weights->data[(4 + 1) * 6 + j];
+  EXPECT_NEAR(row, 1.0, 1e-6);
+}
+
+TEST(Sdpa, StridedHeadsReadWithoutCopyMatchDense) {
+  // Memory laid out [B, L, H, D] (what a projection produces), read as [B, H, L, D].
+  const int64_t b = 2, l = 70, h = 3, d = 16;
+  std::mt19937 rng(7);
+  auto blhd = RandomFloats(b * l * h * d, rng);
+  std::vector<float> bhld(blhd.size());
+  for (int64_t ib = 0; ib < b; ++ib)
+    for (int64_t il = 0; il < l; ++il)
+      for (int64_t ih = 0; ih < h; ++ih)
+        for (int64_t c = 0; c < d; ++c)
+          bhld[((ib * h + ih) * l + il) * d + c] = blhd[((ib * l + il) * h + ih) * d + c];
+  TensorView strided;
+  strided.data = blhd.data();
+  strided.shape = {b, h, l, d};
+  strided.strides = {l * h * d, d, h * d, 1};
+  ScaledDotProductAttentionOptions opt;
+  opt.masks.causal = true;
+  auto a = ScaledDotProductAttention(strided, strided, strided, opt);
+  const TensorView dense = TensorView::Dense(bhld.data(), {b, h, l, d});
+  auto e = ScaledDotProductAttention(dense, dense, dense, opt);
+  ASSERT_TRUE(a.ok() && e.ok());
+  EXPECT_EQ(a->output.data, e->output.data);
+}
+
+TEST(Sdpa, NonUnitInnerStrideIsSupported) {
+  // A transposed view: element (l, c) of K at k[c * L + l].
+  const int64_t l = 9, d = 5;
+  std::mt19937 rng(3);
+  auto q = RandomFloats(l * d, rng), kt = RandomFloats(l * d, rng);
+  std::vector<float> k(l * d);
+  for (int64_t i = 0; i < l; ++i)
+    for (int64_t c = 0; c < d; ++c) k[i * d + c] = kt[c * l + i];
+  TensorView kview{DataType::kFloat32, kt.data(), {l, d}, {1, l}};
+  auto a = ScaledDotProductAttention(TensorView::Dense(q.data(), {l, d}), kview, kview);
+  auto e = ScaledDotProductAttention(TensorView::Dense(q.data(), {l, d}),
+                                     TensorView::Dense(k.data(), {l, d}),
+                                     TensorView::Dense(k.data(), {l, d}));
+  ASSERT_TRUE(a.ok() && e.ok());
+  EXPECT_EQ(a->output.data, e->output.data);
+}
+
+TEST(Sdpa, ThreadCountDoesNotChangeResults) {
+  std::mt19937 rng(5);
+  const int64_t b = 1, h = 2, l = 700, d = 32;
+  auto q = RandomFloats(b * h * l * d, rng), k = RandomFloats(b * h * l * d, rng),
+       v = RandomFloats(b * h * l * d, rng);
+  const TensorView qv = TensorView::Dense(q.data(), {b, h, l, d}),
+                   kv = TensorView::Dense(k.data(), {b, h, l, d}),
+                   vv = TensorView::Dense(v.data(), {b, h, l, d});
+  SetComputeThreads(1);
+  auto one = ScaledDotProductAttention(qv, kv, vv);
+  SetComputeThreads(2);
+  auto two = ScaledDotProductAttention(qv, kv, vv);
+  SetComputeThreads(0);
+  ASSERT_TRUE(one.ok() && two.ok());
+  std::vector<double> want(one->output.data.begin(), one->output.data.end());
+  EXPECT_TRUE(AllClose(two->output.data.data(), want, 1e-6, 1.0));
+}
+
+TEST(Sdpa, CustomScaleAndLargeScoresStayStable) {
+  // Scores in the hundreds: a naive exp overflows; the running max keeps it finite.
+  std::mt19937 rng(11);
+  const int64_t l = 40, d = 8;
+  auto q = RandomFloats(l * d, rng, 10.0f), k = RandomFloats(l * d, rng, 10.0f),
+       v = RandomFloats(l * d, rng);
+  ScaledDotProductAttentionOptions opt;
+  opt.scale = 2.0f;
+  auto r = ScaledDotProductAttention(TensorView::Dense(q.data(), {l, d}),
+                                     TensorView::Dense(k.data(), {l, d}),
+                                     TensorView::Dense(v.data(), {l, d}), opt);
+  ASSERT_TRUE(r.ok());
+  attn_test::RefProblem p;
+  p.lq = p.lk = l, p.d = p.dv = d, p.scale = 2.0;
+  p.q = ToDouble(q.data(), q.size()), p.k = ToDouble(k.data(), k.size());
+  p.v = ToDouble(v.data(), v.size());
+  // Scores ~1e3 carry float32 rounding of ~1e-4 into the exponent.
+  EXPECT_TRUE(AllClose(r->output.data.data(), attn_test::ReferenceAttention(p).out, 1e-3,
+                       MaxAbs(p.v)));
+}
+
+TEST(Sdpa, NaNInInputsPropagatesToItsRowOnly) {
+  std::vector<float> q = {1, 0, std::nanf(""), 1, 0.5f, 0.5f};
+  std::vector<float> k = {1, 0, 0, 1, 1, 1};
+  auto r = ScaledDotProductAttention(TensorView::Dense(q.data(), {3, 2}),
+                                     TensorView::Dense(k.data(), {3, 2}),
+                                     TensorView::Dense(k.data(), {3, 2}));
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(std::isnan(r->output.data[2]) && std::isnan(r->output.data[3]));
+  for (int i : {0, 1, 4, 5}) EXPECT_TRUE(std::isfinite(r->output.data[i])) << i;
+}
+
+TEST(Sdpa, EmptyKeysGiveZeros) {
+  std::vector<float> q = {1, 2, 3, 4};
+  auto r = ScaledDotProductAttention(TensorView::Dense(q.data(), {2, 2}),
+                                     TensorView::Dense(nullptr, {0, 2}),
+                                     TensorView::Dense(nullptr, {0, 3}));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->output.shape, (Shape{2, 3}));
+  for (float x : r->output.data) EXPECT_EQ(x, 0.0f);
+}
+
+TEST(Sdpa, CancelledCallReturnsCancelled) {
+  std::vector<float> x(64 * 8, 1.0f);
+  std::atomic<bool> cancelled{true};
+  ScaledDotProductAttentionOptions opt;
+  opt.cancelled = &cancelled;
+  const TensorView v = TensorView::Dense(x.data(), {64, 8});
+  auto r = ScaledDotProductAttention(v, v, v, opt);
+  EXPECT_EQ(r.status().code(), StatusCode::kCancelled);
+}
+
+TEST(Sdpa, KernelChoiceFollowsCpuAndOverride) {
+  const char* env = std::getenv("ATTN_DISABLE_AVX512");
+  const bool disabled = env != nullptr && env[0] == '1';
+  __builtin_cpu_init();
+  EXPECT_EQ(UsingAvx512Kernels(), !disabled && __builtin_cpu_supports("avx512f"));
+}
+
+// ---- Errors: the exact code and a message naming the input and the mismatch.
+
+struct ErrorCase {
+  std::string name;
+  Shape q, k, v;
+  std::string message;
+};
+
+void ExpectInvalid(const StatusOr<AttentionResult>& r, const std::string& substring) {
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
+  EXPECT_NE(r.status().message().find(substring), std::string::npos)
+      << "message: " << r.status().message() << "\nwanted: " << substring;
+}
+
+TEST(SdpaErrors, ShapeMismatchesNameTheInput) {
+  std::vector<float> buf(4096, 0.5f);
+  const std::vector<ErrorCase> cases = {
+      {"key dim", {2, 4, 64}, {2, 4, 32}, {2, 4, 64}, "key: last dim must equal query's (64), got 32"},
+      {"value len", {2, 4, 8}, {2, 4, 8}, {2, 5, 8}, "value: dim -2 (Lk) must equal key's (4), got 5"},
+      {"rank", {2, 4, 8}, {4, 8}, {4, 8}, "key: rank must equal query's (3), got 2"},
+      {"batch", {2, 4, 8}, {3, 4, 8}, {3, 4, 8}, "key: dim 0 (batch) must equal query's (2), got 3"},
+      {"heads", {1, 2, 4, 8}, {1, 3, 4, 8}, {1, 3, 4, 8}, "key: dim 1 (heads) must equal query's (2), got 3"},
+      {"rank 1", {8}, {8}, {8}, "query: rank must be 2 to 4, got 1"},
+      {"rank 5", {1, 1, 1, 2, 2}, {1, 1, 1, 2, 2}, {1, 1, 1, 2, 2}, "query: rank must be 2 to 4, got 5"},
+      {"negative", {2, -4}, {2, 4}, {2, 4}, "query: dims must be non-negative"},
+      {"zero D", {2, 0}, {2, 0}, {2, 4}, "query: last dim (D) must be positive"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    ExpectInvalid(ScaledDotProductAttention(TensorView::Dense(buf.data(), c.q),
+                                            TensorView::Dense(buf.data(), c.k),
+                                            TensorView::Dense(buf.data(), c.v)),
+                  c.message);
+  }
+}
+
+TEST(SdpaErrors, OverflowingShapeIsRefusedBeforeAllocating) {
+  std::vector<float> buf(16, 0.5f);
+  const int64_t huge = int64_t{1} << 40;
+  ExpectInvalid(ScaledDotProductAttention(TensorView::Dense(buf.data(), {huge, huge, 2}),
+                                          TensorView::Dense(buf.data(), {huge, 2, 2}),
+                                          TensorView::Dense(buf.data(), {huge, 2, 2})),
+                "query: element count of [1099511627776, 1099511627776, 2] overflows int64");
+}
+
+TEST(SdpaErrors, MasksAndScale) {
+  std::vector<float> x(2 * 4 * 8, 0.5f);
+  std::vector<uint8_t> kpm(16, 0);
+  const TensorView v = TensorView::Dense(x.data(), {2, 4, 8});
+  auto run = [&](const ScaledDotProductAttentionOptions& o) {
+    return ScaledDotProductAttention(v, v, v, o);
+  };
+  ScaledDotProductAttentionOptions o;
+  o.masks.key_padding_mask = TensorView::DenseBool(kpm.data(), {2, 5});
+  ExpectInvalid(run(o), "key_padding_mask: expected shape [2, 4], got [2, 5]");
+  o.masks.key_padding_mask = TensorView::Dense(x.data(), {2, 4});
+  ExpectInvalid(run(o), "key_padding_mask: dtype must be bool, got float32");
+  o = {};
+  o.masks.attn_bias = TensorView::Dense(x.data(), {3, 4});
+  ExpectInvalid(run(o), "attn_bias: expected a shape that broadcasts to [2, 1, 4, 4]");
+  o.masks.attn_bias = TensorView::Dense(x.data(), {4, 1});
+  ExpectInvalid(run(o), "got [4, 1]");
+  o.masks.attn_bias = TensorView::DenseBool(kpm.data(), {4, 4});
+  ExpectInvalid(run(o), "attn_bias: dtype must be float32, got bool");
+  o = {};
+  o.scale = std::nanf("");
+  ExpectInvalid(run(o), "scale: must be finite");
+  o.scale = INFINITY;
+  ExpectInvalid(run(o), "scale: must be finite");
+  // A broadcastable bias is accepted: [1, Lq, Lk] over B, and [B, 1, Lq, Lk].
+  o = {};
+  o.masks.attn_bias = TensorView::Dense(x.data(), {1, 4, 4});
+  EXPECT_TRUE(run(o).ok());
+}
+
+TEST(SdpaErrors, QueryMustBeFloat) {
+  std::vector<uint8_t> b(16, 1);
+  const TensorView bv = TensorView::DenseBool(b.data(), {4, 4});
+  ExpectInvalid(ScaledDotProductAttention(bv, bv, bv), "query: dtype must be float32, got bool");
+}
+
+TEST(Threading, AvailableCpusFollowsAffinity) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  EXPECT_GE(AvailableCpus(), 1);
+  EXPECT_LE(AvailableCpus(), CPU_COUNT(&set));
+  SetComputeThreads(3);
+  EXPECT_EQ(ComputeThreads(), 3);
+  SetComputeThreads(0);
+  EXPECT_EQ(ComputeThreads(), AvailableCpus());
+}
+
+}  // namespace
+}  // namespace attn
