@@ -1,7 +1,9 @@
 // ScaledDotProductAttention against the float64 reference: the seed's worked
 // example, a sweep of shapes x ranks x mask combinations, fully masked rows,
 // strided inputs, thread counts, cancellation and the error messages.
+#include <dirent.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <atomic>
 #include <cmath>
@@ -160,7 +162,7 @@ std::vector<Case> SweepCases() {
   std::vector<Case> cases;
   // Shapes around the 256 x 512 blocking, SIMD tails, D != Dv, Lq != Lk.
   const std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>> shapes = {
-      {1, 1, 1, 1, 1, 1},     {2, 3, 7, 5, 4, 3},     {2, 2, 17, 33, 16, 16},
+      {1, 1, 1, 1, 1, 1},     {2, 3, 7, 5, 4, 3},       {2, 2, 17, 33, 16, 16},
       {1, 2, 64, 64, 64, 64}, {2, 1, 300, 600, 32, 48}, {1, 2, 600, 300, 64, 32},
       {1, 1, 513, 1030, 8, 8}};
   for (const auto& [b, h, lq, lk, d, dv] : shapes) {
@@ -195,7 +197,7 @@ TEST(Sdpa, FullyMaskedRowsGiveZerosNotNaN) {
                                      TensorView::Dense(k.data(), {2, 6, 8}),
                                      TensorView::Dense(v.data(), {2, 6, 8}), opt);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  for (int i = 0; i < 4 * 8; ++i) EXPECT_EQ(r->output.data[i], 0.0f);  // batch 0
+  for (int i = 0; i < 4 * 8; ++i) EXPECT_EQ(r->output.data[i], 0.0f);            // batch 0
   for (int c = 0; c < 8; ++c) EXPECT_EQ(r->output.data[(4 + 2) * 8 + c], 0.0f);  // b1 q2
   for (int j = 0; j < 6; ++j) EXPECT_EQ(r->weights->data[(4 + 2) * 6 + j], 0.0f);
   double row = 0;
@@ -279,8 +281,8 @@ TEST(Sdpa, CustomScaleAndLargeScoresStayStable) {
   p.q = ToDouble(q.data(), q.size()), p.k = ToDouble(k.data(), k.size());
   p.v = ToDouble(v.data(), v.size());
   // Scores ~1e3 carry float32 rounding of ~1e-4 into the exponent.
-  EXPECT_TRUE(AllClose(r->output.data.data(), attn_test::ReferenceAttention(p).out, 1e-3,
-                       MaxAbs(p.v)));
+  EXPECT_TRUE(
+      AllClose(r->output.data.data(), attn_test::ReferenceAttention(p).out, 1e-3, MaxAbs(p.v)));
 }
 
 TEST(Sdpa, NaNInInputsPropagatesToItsRowOnly) {
@@ -339,13 +341,33 @@ void ExpectInvalid(const StatusOr<AttentionResult>& r, const std::string& substr
 TEST(SdpaErrors, ShapeMismatchesNameTheInput) {
   std::vector<float> buf(4096, 0.5f);
   const std::vector<ErrorCase> cases = {
-      {"key dim", {2, 4, 64}, {2, 4, 32}, {2, 4, 64}, "key: last dim must equal query's (64), got 32"},
-      {"value len", {2, 4, 8}, {2, 4, 8}, {2, 5, 8}, "value: dim -2 (Lk) must equal key's (4), got 5"},
+      {"key dim",
+       {2, 4, 64},
+       {2, 4, 32},
+       {2, 4, 64},
+       "key: last dim must equal query's (64), got 32"},
+      {"value len",
+       {2, 4, 8},
+       {2, 4, 8},
+       {2, 5, 8},
+       "value: dim -2 (Lk) must equal key's (4), got 5"},
       {"rank", {2, 4, 8}, {4, 8}, {4, 8}, "key: rank must equal query's (3), got 2"},
-      {"batch", {2, 4, 8}, {3, 4, 8}, {3, 4, 8}, "key: dim 0 (batch) must equal query's (2), got 3"},
-      {"heads", {1, 2, 4, 8}, {1, 3, 4, 8}, {1, 3, 4, 8}, "key: dim 1 (heads) must equal query's (2), got 3"},
+      {"batch",
+       {2, 4, 8},
+       {3, 4, 8},
+       {3, 4, 8},
+       "key: dim 0 (batch) must equal query's (2), got 3"},
+      {"heads",
+       {1, 2, 4, 8},
+       {1, 3, 4, 8},
+       {1, 3, 4, 8},
+       "key: dim 1 (heads) must equal query's (2), got 3"},
       {"rank 1", {8}, {8}, {8}, "query: rank must be 2 to 4, got 1"},
-      {"rank 5", {1, 1, 1, 2, 2}, {1, 1, 1, 2, 2}, {1, 1, 1, 2, 2}, "query: rank must be 2 to 4, got 5"},
+      {"rank 5",
+       {1, 1, 1, 2, 2},
+       {1, 1, 1, 2, 2},
+       {1, 1, 1, 2, 2},
+       "query: rank must be 2 to 4, got 5"},
       {"negative", {2, -4}, {2, 4}, {2, 4}, "query: dims must be non-negative"},
       {"zero D", {2, 0}, {2, 0}, {2, 4}, "query: last dim (D) must be positive"},
   };
@@ -413,6 +435,39 @@ TEST(Threading, AvailableCpusFollowsAffinity) {
   EXPECT_EQ(ComputeThreads(), 3);
   SetComputeThreads(0);
   EXPECT_EQ(ComputeThreads(), AvailableCpus());
+}
+
+// Counts this process's threads (gtest itself runs on one).
+int ProcessThreads() {
+  int n = 0;
+  if (DIR* dir = opendir("/proc/self/task")) {
+    while (dirent* e = readdir(dir)) n += e->d_name[0] != '.';
+    closedir(dir);
+  }
+  return n;
+}
+
+TEST(Threading, ComputeNeverUsesMoreThreadsThanComputeThreads) {
+  // Under `taskset -c 0` ctest sets ATTN_EXPECT_CPUS=1: the default must
+  // follow the affinity mask, not the host's core count.
+  if (const char* want = std::getenv("ATTN_EXPECT_CPUS")) {
+    EXPECT_EQ(AvailableCpus(), std::atoi(want));
+  }
+  std::mt19937 rng(9);
+  const int64_t l = 600, d = 64;
+  auto x = RandomFloats(2 * 4 * l * d, rng);
+  const TensorView v = TensorView::Dense(x.data(), {2, 4, l, d});
+  ASSERT_TRUE(ScaledDotProductAttention(v, v, v).ok());
+  std::vector<float> w(64 * 64, 0.01f);
+  ProjectionWeights pw;
+  pw.q = pw.k = pw.v = {TensorView::Dense(w.data(), {64, 64}), std::nullopt};
+  MultiHeadAttentionOptions opt;
+  opt.num_heads = 4;
+  const TensorView xm = TensorView::Dense(x.data(), {2, l, 64});
+  ASSERT_TRUE(MultiHeadAttention(pw, xm, xm, xm, opt).ok());
+  // The OpenMP team (including this thread) is the only parallelism: no
+  // nested teams from oneDNN inside our parallel region.
+  EXPECT_LE(ProcessThreads(), ComputeThreads());
 }
 
 }  // namespace

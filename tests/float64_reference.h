@@ -16,8 +16,8 @@ struct RefProblem {
   std::vector<double> q, k, v;  // [B,H,Lq,D], [B,H,Lk,D], [B,H,Lk,Dv]
   double scale = 1.0;
   bool causal = false;
-  std::vector<uint8_t> kpm;   // [B, Lk], true = ignore; empty = none
-  std::vector<double> bias;   // materialised [B, H, Lq, Lk]; empty = none
+  std::vector<uint8_t> kpm;  // [B, Lk], true = ignore; empty = none
+  std::vector<double> bias;  // materialised [B, H, Lq, Lk]; empty = none
 };
 
 struct RefResult {

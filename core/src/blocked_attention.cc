@@ -19,11 +19,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <dnnl.hpp>
 #include <limits>
 #include <memory>
 #include <string>
-
-#include <dnnl.hpp>
 
 #include "attn/threading.h"
 #include "matmul_cache.h"
@@ -107,9 +106,9 @@ class BlockedAttention {
     const int64_t nkb = (k_end + kBlockK - 1) / kBlockK;
     const bool general_mask = p_.kpm != nullptr || p_.bias != nullptr;
 
-    const float* q = DenseRows(p_.q.data + b * p_.q.stride[0] + h * p_.q.stride[1] +
-                                   q0 * p_.q.stride[2],
-                               qn, d, p_.q.stride[2], p_.q.stride[3], ws.qp);
+    const float* q =
+        DenseRows(p_.q.data + b * p_.q.stride[0] + h * p_.q.stride[1] + q0 * p_.q.stride[2], qn, d,
+                  p_.q.stride[2], p_.q.stride[3], ws.qp);
     float* s = Workspace::Ensure(ws.s, qn * std::min(kBlockK, k_end));
     float* o = Workspace::Ensure(ws.o, qn * dv);
     float* m = Workspace::Ensure(ws.m, qn);
@@ -125,12 +124,12 @@ class BlockedAttention {
         return Status::Cancelled("attention: cancelled");
       }
       const int64_t k0 = kb * kBlockK, kn = std::min(kBlockK, k_end - k0);
-      const float* k = DenseRows(p_.k.data + b * p_.k.stride[0] + h * p_.k.stride[1] +
-                                     k0 * p_.k.stride[2],
-                                 kn, d, p_.k.stride[2], p_.k.stride[3], ws.kp);
-      const float* v = DenseRows(p_.v.data + b * p_.v.stride[0] + h * p_.v.stride[1] +
-                                     k0 * p_.v.stride[2],
-                                 kn, dv, p_.v.stride[2], p_.v.stride[3], ws.vp);
+      const float* k =
+          DenseRows(p_.k.data + b * p_.k.stride[0] + h * p_.k.stride[1] + k0 * p_.k.stride[2], kn,
+                    d, p_.k.stride[2], p_.k.stride[3], ws.kp);
+      const float* v =
+          DenseRows(p_.v.data + b * p_.v.stride[0] + h * p_.v.stride[1] + k0 * p_.v.stride[2], kn,
+                    dv, p_.v.stride[2], p_.v.stride[3], ws.vp);
 
       // S = Q K^T; K^T is a transposed format tag on the dense K block.
       auto qk = GetMatmul({qn, kn, d, d, d, kn, /*b_transposed=*/true, false, false, 1});
@@ -138,8 +137,7 @@ class BlockedAttention {
 
       for (int64_t i = 0; i < qn; ++i) {
         float* row = s + i * kn;
-        const int64_t valid =
-            p_.causal ? std::clamp<int64_t>(q0 + i - k0 + 1, 0, kn) : kn;
+        const int64_t valid = p_.causal ? std::clamp<int64_t>(q0 + i - k0 + 1, 0, kn) : kn;
         float row_scale = p_.scale;
         if (general_mask && valid > 0) {
           ApplyMasks(row, valid, b, h, q0 + i, k0);
@@ -317,9 +315,9 @@ Status ResolveMasks(const AttentionMasks& masks, bool unbatched, AttentionProble
   p->causal = masks.causal;
   if (masks.key_padding_mask.has_value()) {
     const TensorView& m = *masks.key_padding_mask;
-    const std::string want = unbatched ? "[" + std::to_string(p->lk) + "] or [1, " +
-                                             std::to_string(p->lk) + "]"
-                                       : ShapeToString({p->batch, p->lk});
+    const std::string want =
+        unbatched ? "[" + std::to_string(p->lk) + "] or [1, " + std::to_string(p->lk) + "]"
+                  : ShapeToString({p->batch, p->lk});
     if (m.dtype != DataType::kBool) {
       return Status::InvalidArgument(std::string("key_padding_mask: dtype must be bool, got ") +
                                      DataTypeName(m.dtype));

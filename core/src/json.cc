@@ -112,24 +112,44 @@ class Parser {
       if (pos_ >= s_.size()) break;
       const char e = s_[pos_++];
       switch (e) {
-        case '"': out->push_back('"'); break;
-        case '\\': out->push_back('\\'); break;
-        case '/': out->push_back('/'); break;
-        case 'b': out->push_back('\b'); break;
-        case 'f': out->push_back('\f'); break;
-        case 'n': out->push_back('\n'); break;
-        case 'r': out->push_back('\r'); break;
-        case 't': out->push_back('\t'); break;
+        case '"':
+          out->push_back('"');
+          break;
+        case '\\':
+          out->push_back('\\');
+          break;
+        case '/':
+          out->push_back('/');
+          break;
+        case 'b':
+          out->push_back('\b');
+          break;
+        case 'f':
+          out->push_back('\f');
+          break;
+        case 'n':
+          out->push_back('\n');
+          break;
+        case 'r':
+          out->push_back('\r');
+          break;
+        case 't':
+          out->push_back('\t');
+          break;
         case 'u': {
           if (pos_ + 4 > s_.size()) return Error("short \\u escape");
           unsigned code = 0;
           for (int i = 0; i < 4; ++i) {
             const char h = s_[pos_++];
             code <<= 4;
-            if (h >= '0' && h <= '9') code |= h - '0';
-            else if (h >= 'a' && h <= 'f') code |= h - 'a' + 10;
-            else if (h >= 'A' && h <= 'F') code |= h - 'A' + 10;
-            else return Error("bad \\u escape");
+            if (h >= '0' && h <= '9')
+              code |= h - '0';
+            else if (h >= 'a' && h <= 'f')
+              code |= h - 'a' + 10;
+            else if (h >= 'A' && h <= 'F')
+              code |= h - 'A' + 10;
+            else
+              return Error("bad \\u escape");
           }
           // UTF-8 encode the BMP code point (surrogates kept as-is).
           if (code < 0x80) {
@@ -144,7 +164,8 @@ class Parser {
           }
           break;
         }
-        default: return Error("bad escape");
+        default:
+          return Error("bad escape");
       }
     }
     return Error("unterminated string");

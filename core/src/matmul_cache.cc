@@ -16,7 +16,9 @@ constexpr size_t kMaxCachedPrimitives = 512;
 struct ShapeHash {
   size_t operator()(const MatmulShape& s) const {
     size_t h = 0;
-    auto mix = [&h](int64_t v) { h ^= std::hash<int64_t>()(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); };
+    auto mix = [&h](int64_t v) {
+      h ^= std::hash<int64_t>()(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    };
     mix(s.m), mix(s.n), mix(s.k), mix(s.lda), mix(s.ldb), mix(s.ldc);
     mix((s.b_transposed ? 1 : 0) | (s.has_bias ? 2 : 0) | (s.accumulate ? 4 : 0));
     mix(s.threads);
@@ -91,8 +93,8 @@ MatmulCache& Cache() {
 
 bool MatmulShape::operator==(const MatmulShape& o) const {
   return m == o.m && n == o.n && k == o.k && lda == o.lda && ldb == o.ldb && ldc == o.ldc &&
-         b_transposed == o.b_transposed && has_bias == o.has_bias &&
-         accumulate == o.accumulate && threads == o.threads;
+         b_transposed == o.b_transposed && has_bias == o.has_bias && accumulate == o.accumulate &&
+         threads == o.threads;
 }
 
 dnnl::engine& CpuEngine() {

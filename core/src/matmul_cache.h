@@ -8,10 +8,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <dnnl.hpp>
 #include <memory>
 #include <string>
-
-#include <dnnl.hpp>
 
 namespace attn::internal {
 

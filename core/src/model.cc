@@ -1,6 +1,7 @@
+#include "attn/model.h"
+
 #include <set>
 
-#include "attn/model.h"
 #include "blocked_attention.h"
 
 namespace attn {
@@ -71,8 +72,7 @@ class Builder {
         return Status::Unimplemented(Prefix() + "tensor '" + key +
                                      "': add_bias_kv is not supported");
       }
-      return Status::InvalidArgument(Prefix() + "unexpected tensor '" + key + "' for kind " +
-                                     kind);
+      return Status::InvalidArgument(Prefix() + "unexpected tensor '" + key + "' for kind " + kind);
     }
     return Status::Ok();
   }
@@ -85,8 +85,8 @@ class Builder {
   std::set<std::string> used_;
 };
 
-#define ATTN_ASSIGN_OR_RETURN(lhs, expr) \
-  auto lhs##_or = (expr);                \
+#define ATTN_ASSIGN_OR_RETURN(lhs, expr)        \
+  auto lhs##_or = (expr);                       \
   if (!lhs##_or.ok()) return lhs##_or.status(); \
   auto lhs = std::move(*lhs##_or)
 
@@ -160,9 +160,12 @@ StatusOr<ProjectionWeights> SeedModule(Builder& b, const std::string& q, const s
 
 const char* ModelKindName(ModelKind kind) {
   switch (kind) {
-    case ModelKind::kAttention: return "attention";
-    case ModelKind::kCrossAttention: return "cross_attention";
-    case ModelKind::kMultiHeadAttention: return "multi_head_attention";
+    case ModelKind::kAttention:
+      return "attention";
+    case ModelKind::kCrossAttention:
+      return "cross_attention";
+    case ModelKind::kMultiHeadAttention:
+      return "multi_head_attention";
   }
   return "unknown";
 }
@@ -195,9 +198,7 @@ StatusOr<AttentionModel> AttentionModel::FromTensors(std::string name, ModelKind
 
   // The same shape rules the kernels apply, checked once at load time.
   const int64_t e = p.q.weight.shape[0], ev = p.v.weight.shape[0];
-  auto fail = [&](const std::string& what) {
-    return Status::InvalidArgument(b.Prefix() + what);
-  };
+  auto fail = [&](const std::string& what) { return Status::InvalidArgument(b.Prefix() + what); };
   if (p.k.weight.shape[0] != e) {
     return fail("key projection has " + std::to_string(p.k.weight.shape[0]) +
                 " outputs, query projection " + std::to_string(e));
@@ -208,8 +209,8 @@ StatusOr<AttentionModel> AttentionModel::FromTensors(std::string name, ModelKind
   }
   if (num_heads < 1 || e % num_heads != 0 || ev % num_heads != 0) {
     return fail("num_heads " + std::to_string(num_heads) +
-                " must be positive and divide the projection widths (" + std::to_string(e) +
-                ", " + std::to_string(ev) + ")");
+                " must be positive and divide the projection widths (" + std::to_string(e) + ", " +
+                std::to_string(ev) + ")");
   }
   model.projections_ = p;
   model.info_.name = std::move(name);
@@ -234,7 +235,8 @@ StatusOr<AttentionModel> AttentionModel::LoadSafetensors(const std::string& path
     return Status::InvalidArgument(path + ": __metadata__ has no 'kind'");
   }
   auto kind = ParseModelKind(kind_it->second);
-  if (!kind.ok()) return Status::InvalidArgument(path + ": __metadata__ " + kind.status().message());
+  if (!kind.ok())
+    return Status::InvalidArgument(path + ": __metadata__ " + kind.status().message());
   int64_t heads = 1;
   auto heads_it = file->metadata.find("num_heads");
   if (heads_it != file->metadata.end()) {
@@ -242,11 +244,13 @@ StatusOr<AttentionModel> AttentionModel::LoadSafetensors(const std::string& path
     char* end = nullptr;
     const long long v = std::strtoll(s.c_str(), &end, 10);
     if (s.empty() || end != s.c_str() + s.size() || v < 1 || v > (1 << 20)) {
-      return Status::InvalidArgument(path + ": __metadata__ num_heads must be a positive integer, got '" + s + "'");
+      return Status::InvalidArgument(
+          path + ": __metadata__ num_heads must be a positive integer, got '" + s + "'");
     }
     heads = v;
   } else if (*kind == ModelKind::kMultiHeadAttention) {
-    return Status::InvalidArgument(path + ": __metadata__ has no 'num_heads' (required for multi_head_attention)");
+    return Status::InvalidArgument(
+        path + ": __metadata__ has no 'num_heads' (required for multi_head_attention)");
   }
   auto model = FromTensors(stem, *kind, heads, std::move(file->tensors));
   if (!model.ok()) {

@@ -6,9 +6,8 @@
 // strided views, and the kernel writes its output straight into [B, L, H, Dv]
 // order, ready for the output projection. No tensor is transposed.
 #include <cmath>
-#include <string>
-
 #include <dnnl.hpp>
+#include <string>
 
 #include "attn/attention.h"
 #include "attn/threading.h"
@@ -33,10 +32,9 @@ Status ValidateLinear(const LinearView& lin, const std::string& name) {
   if (lin.bias.has_value()) {
     ATTN_RETURN_IF_ERROR(internal::ValidateFloatView(*lin.bias, name + "_bias", 1, 1));
     if (lin.bias->shape[0] != lin.weight.shape[0]) {
-      return Status::InvalidArgument(name + "_bias: expected shape [" +
-                                     std::to_string(lin.weight.shape[0]) + "] (" + name +
-                                     "_weight's out_features), got " +
-                                     ShapeToString(lin.bias->shape));
+      return Status::InvalidArgument(
+          name + "_bias: expected shape [" + std::to_string(lin.weight.shape[0]) + "] (" + name +
+          "_weight's out_features), got " + ShapeToString(lin.bias->shape));
     }
     if (lin.bias->strides[0] != 1) {
       return Status::InvalidArgument(name + "_bias: must be contiguous");
@@ -57,11 +55,11 @@ Workspace& ThreadWorkspace() {
 
 // y[m, out] (row stride ldy) = x[m, in] (row stride ldx) W^T + b, where W is
 // `out` rows of an [*, in] weight with row stride ldw.
-void RunLinear(const float* x, int64_t m, int64_t in, int64_t ldx, const float* weight,
-               int64_t out, int64_t ldw, const float* bias, float* y, int64_t ldy) {
+void RunLinear(const float* x, int64_t m, int64_t in, int64_t ldx, const float* weight, int64_t out,
+               int64_t ldw, const float* bias, float* y, int64_t ldy) {
   if (m == 0) return;
-  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(in) *
-                       static_cast<double>(out);
+  const double flops =
+      2.0 * static_cast<double>(m) * static_cast<double>(in) * static_cast<double>(out);
   const int threads = flops < kSerialFlops ? 1 : ComputeThreads();
   internal::ScopedOmpThreads scope(threads);
   auto prim = internal::GetMatmul(
@@ -148,10 +146,9 @@ StatusOr<AttentionResult> Mha(const ProjectionWeights& w, const TensorView& quer
   auto check_in = [](const TensorView& x, const char* name, const LinearView& lin,
                      const char* wname) -> Status {
     if (x.dim(-1) != lin.weight.shape[1]) {
-      return Status::InvalidArgument(std::string(name) + ": last dim must equal " + wname +
-                                     "_weight's in_features (" +
-                                     std::to_string(lin.weight.shape[1]) + "), got " +
-                                     std::to_string(x.dim(-1)));
+      return Status::InvalidArgument(
+          std::string(name) + ": last dim must equal " + wname + "_weight's in_features (" +
+          std::to_string(lin.weight.shape[1]) + "), got " + std::to_string(x.dim(-1)));
     }
     return Status::Ok();
   };
@@ -203,9 +200,8 @@ StatusOr<AttentionResult> Mha(const ProjectionWeights& w, const TensorView& quer
   if (SameView(query, key) && SameView(query, value) && ev == e && PackedInProjection(w)) {
     // Self-attention with a packed in_proj_weight: one [B*L, 3E] matmul.
     projected_qkv = Tensor({batch * lq, 3 * e});
-    RunLinear(xq, batch * lq, query.dim(-1), ldq_in, w.q.weight.f32(), 3 * e,
-              w.q.weight.strides[0], w.q.bias ? w.q.bias->f32() : nullptr,
-              projected_qkv.data.data(), 3 * e);
+    RunLinear(xq, batch * lq, query.dim(-1), ldq_in, w.q.weight.f32(), 3 * e, w.q.weight.strides[0],
+              w.q.bias ? w.q.bias->f32() : nullptr, projected_qkv.data.data(), 3 * e);
     const float* base = projected_qkv.data.data();
     p.q = {base, {lq * 3 * e, dh, 3 * e, 1}};
     p.k = {base + e, {lk * 3 * e, dh, 3 * e, 1}};
@@ -292,17 +288,28 @@ StatusOr<AttentionResult> MultiHeadAttention(const ProjectionWeights& weights,
 
 const char* OneDnnIsaName() {
   switch (dnnl::get_effective_cpu_isa()) {
-    case dnnl::cpu_isa::sse41: return "sse41";
-    case dnnl::cpu_isa::avx: return "avx";
-    case dnnl::cpu_isa::avx2: return "avx2";
-    case dnnl::cpu_isa::avx512_mic: return "avx512_mic";
-    case dnnl::cpu_isa::avx512_mic_4ops: return "avx512_mic_4ops";
-    case dnnl::cpu_isa::avx512_core: return "avx512_core";
-    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
-    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
-    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
-    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
-    default: return "other";
+    case dnnl::cpu_isa::sse41:
+      return "sse41";
+    case dnnl::cpu_isa::avx:
+      return "avx";
+    case dnnl::cpu_isa::avx2:
+      return "avx2";
+    case dnnl::cpu_isa::avx512_mic:
+      return "avx512_mic";
+    case dnnl::cpu_isa::avx512_mic_4ops:
+      return "avx512_mic_4ops";
+    case dnnl::cpu_isa::avx512_core:
+      return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni:
+      return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16:
+      return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx:
+      return "avx512_core_amx";
+    case dnnl::cpu_isa::avx2_vnni:
+      return "avx2_vnni";
+    default:
+      return "other";
   }
 }
 

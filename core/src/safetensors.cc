@@ -35,9 +35,8 @@ StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, const std::st
                            std::to_string(kMaxHeaderBytes) + " bytes");
   }
   if (header_len > bytes.size() - 8) {
-    return Bad(source, "truncated: header length " + std::to_string(header_len) +
-                           " exceeds the " + std::to_string(bytes.size() - 8) +
-                           " bytes after the length");
+    return Bad(source, "truncated: header length " + std::to_string(header_len) + " exceeds the " +
+                           std::to_string(bytes.size() - 8) + " bytes after the length");
   }
   auto header = internal::ParseJson(bytes.substr(8, header_len));
   if (!header.ok()) return Bad(source, "malformed header: " + header.status().message());
@@ -102,8 +101,8 @@ StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, const std::st
     const auto end = static_cast<uint64_t>(offsets->array[1].integer);
     if (begin > end || end > data.size()) {
       return Bad(source, where + ": data_offsets [" + std::to_string(begin) + ", " +
-                             std::to_string(end) + "] outside the " +
-                             std::to_string(data.size()) + "-byte data buffer (truncated file?)");
+                             std::to_string(end) + "] outside the " + std::to_string(data.size()) +
+                             "-byte data buffer (truncated file?)");
     }
     const auto want = static_cast<uint64_t>(*numel) * 4;
     if (end - begin != want) {

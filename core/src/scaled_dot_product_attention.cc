@@ -1,6 +1,5 @@
-#include <string>
-
 #include <dnnl.hpp>
+#include <string>
 
 #include "attn/attention.h"
 #include "blocked_attention.h"
@@ -23,8 +22,7 @@ StatusOr<AttentionResult> Sdpa(const TensorView& q, const TensorView& k, const T
     const char* name = t == &k ? "key" : "value";
     if (t->rank() != rank) {
       return Status::InvalidArgument(std::string(name) + ": rank must equal query's (" +
-                                     std::to_string(rank) + "), got " +
-                                     std::to_string(t->rank()));
+                                     std::to_string(rank) + "), got " + std::to_string(t->rank()));
     }
     for (int i = 0; i < rank - 2; ++i) {
       if (t->shape[i] != q.shape[i]) {
@@ -89,9 +87,9 @@ StatusOr<AttentionResult> Sdpa(const TensorView& q, const TensorView& k, const T
 
 }  // namespace
 
-StatusOr<AttentionResult> ScaledDotProductAttention(const TensorView& query, const TensorView& key,
-                                                    const TensorView& value,
-                                                    const ScaledDotProductAttentionOptions& options) {
+StatusOr<AttentionResult> ScaledDotProductAttention(
+    const TensorView& query, const TensorView& key, const TensorView& value,
+    const ScaledDotProductAttentionOptions& options) {
   try {
     return Sdpa(query, key, value, options);
   } catch (const dnnl::error& e) {

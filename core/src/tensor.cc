@@ -6,8 +6,10 @@ namespace attn {
 
 const char* DataTypeName(DataType dtype) {
   switch (dtype) {
-    case DataType::kFloat32: return "float32";
-    case DataType::kBool: return "bool";
+    case DataType::kFloat32:
+      return "float32";
+    case DataType::kBool:
+      return "bool";
   }
   return "unknown";
 }
@@ -42,7 +44,9 @@ Shape DenseStrides(const Shape& shape) {
   int64_t s = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     strides[i] = s;
-    s *= shape[i];
+    // Saturate: a hostile shape must not overflow here, before validation
+    // (CheckedNumElements) gets to refuse it.
+    if (__builtin_mul_overflow(s, shape[i], &s)) s = std::numeric_limits<int64_t>::max();
   }
   return strides;
 }

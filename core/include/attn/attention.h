@@ -28,7 +28,7 @@ struct AttentionMasks {
 };
 
 struct AttentionResult {
-  Tensor output;                 // [.., Lq, Dv]
+  Tensor output;                  // [.., Lq, Dv]
   std::optional<Tensor> weights;  // [.., Lq, Lk], present when requested
 };
 

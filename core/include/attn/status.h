@@ -35,7 +35,9 @@ class Status {
   Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
 
   static Status Ok() { return {}; }
-  static Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+  static Status InvalidArgument(std::string m) {
+    return {StatusCode::kInvalidArgument, std::move(m)};
+  }
   static Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
   static Status ResourceExhausted(std::string m) {
     return {StatusCode::kResourceExhausted, std::move(m)};
@@ -93,8 +95,8 @@ class StatusOr {
 
 }  // namespace attn
 
-#define ATTN_RETURN_IF_ERROR(expr)         \
-  do {                                     \
-    ::attn::Status attn_status_ = (expr);  \
+#define ATTN_RETURN_IF_ERROR(expr)               \
+  do {                                           \
+    ::attn::Status attn_status_ = (expr);        \
     if (!attn_status_.ok()) return attn_status_; \
   } while (0)

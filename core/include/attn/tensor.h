@@ -34,7 +34,7 @@ std::string ShapeToString(const Shape& shape);
 // the tensor in the message.
 StatusOr<int64_t> CheckedNumElements(const Shape& shape, const std::string& what);
 
-// Row-major strides for `shape`, in elements.
+// Row-major strides for `shape`, in elements (saturating at INT64_MAX).
 Shape DenseStrides(const Shape& shape);
 
 // A non-owning view. The caller keeps `data` alive while the view is used.
@@ -64,9 +64,7 @@ struct AlignedAllocator {
   AlignedAllocator() = default;
   template <typename U>
   AlignedAllocator(const AlignedAllocator<U>& /*other*/) noexcept {}  // NOLINT
-  T* allocate(std::size_t n) {
-    return static_cast<T*>(::operator new(n * sizeof(T), kAlignment));
-  }
+  T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlignment)); }
   void deallocate(T* p, std::size_t /*n*/) noexcept { ::operator delete(p, kAlignment); }
   template <typename U>
   bool operator==(const AlignedAllocator<U>& /*other*/) const noexcept {

@@ -1,0 +1,117 @@
+// attention-core-bench: GFLOP/s of the core kernels next to a plain oneDNN
+// 1024^3 fp32 matmul, which stands for the machine's practical peak.
+// tests/bench/run_core_bench.sh prints the ratios.
+#include <benchmark/benchmark.h>
+
+#include <dnnl.hpp>
+#include <random>
+#include <vector>
+
+#include "attn/attention.h"
+#include "attn/threading.h"
+
+namespace {
+
+std::vector<float> Random(size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+void BM_OneDnnMatmul1024(benchmark::State& state) {
+  const int64_t n = 1024;
+  using dt = dnnl::memory::data_type;
+  dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  dnnl::stream s(eng);
+  dnnl::memory::desc md({n, n}, dt::f32, dnnl::memory::format_tag::ab);
+  auto a = Random(n * n, 1), b = Random(n * n, 2);
+  std::vector<float> c(n * n);
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md, md, md), eng);
+  dnnl::matmul mm(pd);
+  dnnl::memory ma(md, eng, a.data()), mb(md, eng, b.data()), mc(md, eng, c.data());
+  for (auto _ : state) {
+    mm.execute(s, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
+    s.wait();
+  }
+  state.counters["GFLOPS"] =
+      benchmark::Counter(2.0 * n * n * n / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(pd.impl_info_str());
+}
+
+// SDPA with B=1, H=8, Dh=64 on [B, H, L, Dh] tensors.
+void BM_Sdpa(benchmark::State& state) {
+  const int64_t b = 1, h = 8, d = 64, l = state.range(0);
+  const bool causal = state.range(1) != 0;
+  auto q = Random(b * h * l * d, 1), k = Random(b * h * l * d, 2), v = Random(b * h * l * d, 3);
+  const attn::Shape shape = {b, h, l, d};
+  attn::ScaledDotProductAttentionOptions opt;
+  opt.masks.causal = causal;
+  for (auto _ : state) {
+    auto r = attn::ScaledDotProductAttention(attn::TensorView::Dense(q.data(), shape),
+                                             attn::TensorView::Dense(k.data(), shape),
+                                             attn::TensorView::Dense(v.data(), shape), opt);
+    if (!r.ok()) state.SkipWithError(r.status().ToString().c_str());
+    benchmark::DoNotOptimize(r);
+  }
+  // Two matmuls of 2*L*L*D each; causal counts only the unmasked pairs.
+  const double pairs = causal ? l * (l + 1) / 2.0 : static_cast<double>(l) * l;
+  state.counters["GFLOPS"] = benchmark::Counter(4.0 * b * h * d * pairs / 1e9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// nn.MultiheadAttention-style self-attention, E=512, H=8, packed in_proj.
+void BM_Mha(benchmark::State& state) {
+  const int64_t e = 512, h = 8, b = state.range(0), l = state.range(1);
+  auto x = Random(b * l * e, 1);
+  auto in_proj = Random(3 * e * e, 2), in_bias = Random(3 * e, 3);
+  auto out_w = Random(e * e, 4), out_b = Random(e, 5);
+  for (auto& w : in_proj) w *= 0.05f;
+  for (auto& w : out_w) w *= 0.05f;
+  attn::ProjectionWeights pw;
+  auto rows = [&](int i) {
+    return attn::LinearView{attn::TensorView::Dense(in_proj.data() + i * e * e, {e, e}),
+                            attn::TensorView::Dense(in_bias.data() + i * e, {e})};
+  };
+  pw.q = rows(0), pw.k = rows(1), pw.v = rows(2);
+  pw.out = attn::LinearView{attn::TensorView::Dense(out_w.data(), {e, e}),
+                            attn::TensorView::Dense(out_b.data(), {e})};
+  attn::MultiHeadAttentionOptions opt;
+  opt.num_heads = h;
+  const auto xv = attn::TensorView::Dense(x.data(), {b, l, e});
+  for (auto _ : state) {
+    auto r = attn::MultiHeadAttention(pw, xv, xv, xv, opt);
+    if (!r.ok()) state.SkipWithError(r.status().ToString().c_str());
+    benchmark::DoNotOptimize(r);
+  }
+  const double flops = 4.0 * 2.0 * b * l * e * e + 4.0 * b * l * l * e;
+  state.counters["GFLOPS"] =
+      benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+BENCHMARK(BM_OneDnnMatmul1024)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Sdpa)
+    ->ArgsProduct({{128, 512, 2048, 8192}, {0, 1}})
+    ->ArgNames({"L", "causal"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Mha)
+    ->ArgsProduct({{1, 8}, {128, 512, 2048}})
+    ->ArgNames({"B", "L"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::AddCustomContext("compute_threads", std::to_string(attn::ComputeThreads()));
+  benchmark::AddCustomContext("onednn_isa", attn::OneDnnIsaName());
+  benchmark::AddCustomContext("softmax_kernels",
+                              attn::UsingAvx512Kernels() ? "avx512" : "portable");
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

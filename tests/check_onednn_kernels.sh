@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Runs every attention-core-bench shape once with ONEDNN_VERBOSE=1 and fails
+# if oneDNN executed any reference ("ref") implementation, or anything that is
+# not a brg/jit kernel. Usage: check_onednn_kernels.sh path/to/attention-core-bench
+set -euo pipefail
+bench=${1:?usage: $0 path/to/attention-core-bench}
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+# Shapes the bench covers; one iteration each is enough to see the kernels.
+ONEDNN_VERBOSE=1 timeout 300 "$bench" --benchmark_min_time=0 \
+  --benchmark_filter='BM_Sdpa|BM_Mha' >"$log" 2>&1
+impls=$(grep '^onednn_verbose,exec,' "$log" | cut -d, -f4,5 | sort | uniq -c)
+echo "oneDNN implementations executed (count primitive,impl):"
+echo "$impls"
+if [ -z "$impls" ]; then
+  echo "FAIL: no oneDNN primitive was executed (is ONEDNN_VERBOSE supported?)"
+  exit 1
+fi
+bad=$(echo "$impls" | awk '{split($2, a, ","); if (a[2] !~ /^(brg|jit|gemm:jit)/ || a[2] ~ /ref/) print}')
+if [ -n "$bad" ]; then
+  echo "FAIL: non-brg/jit implementations executed:"
+  echo "$bad"
+  exit 1
+fi
+echo "PASS: only brg/jit kernels"
