@@ -234,8 +234,15 @@ class BlockedAttention {
 }  // namespace
 
 Status RunBlockedAttention(const AttentionProblem& p, const std::atomic<bool>* cancelled) {
-  if (p.batch == 0 || p.heads == 0 || p.lq == 0 || p.dv == 0 || p.lk == 0) {
-    return Status::Ok();  // nothing to compute; zero-filled output is the answer
+  if (p.batch == 0 || p.heads == 0 || p.lq == 0 || p.dv == 0) return Status::Ok();  // empty
+  if (p.lk == 0) {  // no keys: every row is fully masked, so zeros
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t h = 0; h < p.heads; ++h)
+        for (int64_t i = 0; i < p.lq; ++i) {
+          float* row = p.out + b * p.out_stride[0] + h * p.out_stride[1] + i * p.out_stride[2];
+          std::fill(row, row + p.dv, 0.0f);
+        }
+    return Status::Ok();
   }
   int threads = ComputeThreads();
   const double flops = 2.0 * static_cast<double>(p.batch * p.heads) * static_cast<double>(p.lq) *

@@ -39,7 +39,8 @@ struct AttentionProblem {
 // `problem`. `unbatched` allows key_padding_mask of shape [Lk].
 Status ResolveMasks(const AttentionMasks& masks, bool unbatched, AttentionProblem* problem);
 
-// Computes the problem. `out` and `weights` must be zero-filled by the caller.
+// Computes the problem. Every element of `out` is written; `weights` must be
+// zero-filled by the caller (blocks above the causal diagonal are skipped).
 // Extra memory is O(block sizes), independent of Lq and Lk. Throws nothing.
 Status RunBlockedAttention(const AttentionProblem& problem, const std::atomic<bool>* cancelled);
 

@@ -83,7 +83,7 @@ const float* AsRows(const TensorView& t, int64_t* ld, Tensor* storage) {
     return t.f32();
   }
   const int64_t batch = r == 3 ? t.shape[0] : 1, e = t.dim(-1);
-  *storage = Tensor({batch * rows_per_batch, e});
+  *storage = Tensor::Uninitialized({batch * rows_per_batch, e});
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t i = 0; i < rows_per_batch; ++i) {
       const float* src = t.f32() + (r == 3 ? b * t.strides[0] : 0) + i * t.stride(-2);
@@ -199,7 +199,7 @@ StatusOr<AttentionResult> Mha(const ProjectionWeights& w, const TensorView& quer
   const float* xq = AsRows(query, &ldq_in, &q_storage);
   if (SameView(query, key) && SameView(query, value) && ev == e && PackedInProjection(w)) {
     // Self-attention with a packed in_proj_weight: one [B*L, 3E] matmul.
-    projected_qkv = Tensor({batch * lq, 3 * e});
+    projected_qkv = Tensor::Uninitialized({batch * lq, 3 * e});
     RunLinear(xq, batch * lq, query.dim(-1), ldq_in, w.q.weight.f32(), 3 * e, w.q.weight.strides[0],
               w.q.bias ? w.q.bias->f32() : nullptr, projected_qkv.data.data(), 3 * e);
     const float* base = projected_qkv.data.data();
@@ -209,9 +209,9 @@ StatusOr<AttentionResult> Mha(const ProjectionWeights& w, const TensorView& quer
   } else {
     const float* xk = AsRows(key, &ldk_in, &k_storage);
     const float* xv = AsRows(value, &ldv_in, &v_storage);
-    projected_q = Tensor({batch * lq, e});
-    projected_k = Tensor({batch * lk, e});
-    projected_v = Tensor({batch * lk, ev});
+    projected_q = Tensor::Uninitialized({batch * lq, e});
+    projected_k = Tensor::Uninitialized({batch * lk, e});
+    projected_v = Tensor::Uninitialized({batch * lk, ev});
     auto project = [](const float* x, int64_t m, int64_t in, int64_t ldx, const LinearView& lin,
                       Tensor* y) {
       RunLinear(x, m, in, ldx, lin.weight.f32(), lin.weight.shape[0], lin.weight.strides[0],
@@ -226,7 +226,7 @@ StatusOr<AttentionResult> Mha(const ProjectionWeights& w, const TensorView& quer
   }
 
   // Attention, written as [B, Lq, H, Dvh] = [B * Lq, Ev].
-  Tensor attended({batch * lq, ev});
+  Tensor attended = Tensor::Uninitialized({batch * lq, ev});
   p.out = attended.data.data();
   p.out_stride[0] = lq * ev, p.out_stride[1] = dvh, p.out_stride[2] = ev;
   Tensor per_head;
@@ -238,7 +238,7 @@ StatusOr<AttentionResult> Mha(const ProjectionWeights& w, const TensorView& quer
 
   AttentionResult result;
   if (w.out.has_value()) {
-    result.output = Tensor({batch * lq, eo});
+    result.output = Tensor::Uninitialized({batch * lq, eo});
     RunLinear(attended.data.data(), batch * lq, ev, ev, w.out->weight.f32(), eo,
               w.out->weight.strides[0], w.out->bias ? w.out->bias->f32() : nullptr,
               result.output.data.data(), eo);

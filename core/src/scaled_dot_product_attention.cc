@@ -74,7 +74,7 @@ StatusOr<AttentionResult> Sdpa(const TensorView& q, const TensorView& k, const T
   }
 
   AttentionResult result;
-  result.output = Tensor(out_shape);
+  result.output = Tensor::Uninitialized(out_shape);  // the kernel writes every row
   p.out = result.output.data.data();
   p.out_stride[0] = p.heads * p.lq * p.dv, p.out_stride[1] = p.lq * p.dv, p.out_stride[2] = p.dv;
   if (opt.need_weights) {

@@ -1,6 +1,9 @@
 #include "attn/tensor.h"
 
+#include <sys/mman.h>
+
 #include <limits>
+#include <new>
 
 namespace attn {
 
@@ -67,6 +70,33 @@ TensorView TensorView::DenseBool(const uint8_t* data, Shape shape) {
   v.strides = DenseStrides(shape);
   v.shape = std::move(shape);
   return v;
+}
+
+namespace {
+constexpr std::size_t kCacheLine = 64;
+constexpr std::size_t kHugePage = 2 << 20;
+constexpr std::size_t kHugeThreshold = 4 << 20;
+}  // namespace
+
+void* AllocateBuffer(std::size_t bytes) {
+  if (bytes < kHugeThreshold) return ::operator new (bytes, std::align_val_t{kCacheLine});
+  void* p = ::operator new (bytes, std::align_val_t{kHugePage});
+  // Advice only: without THP (or in "never" mode) this fails harmlessly.
+  madvise(p, bytes & ~(kHugePage - 1), MADV_HUGEPAGE);
+  return p;
+}
+
+void FreeBuffer(void* p, std::size_t bytes) noexcept {
+  ::operator delete (p, std::align_val_t{bytes < kHugeThreshold ? kCacheLine : kHugePage});
+}
+
+Tensor Tensor::Uninitialized(Shape s) {
+  Tensor t;
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  t.data.resize(static_cast<size_t>(n));
+  t.shape = std::move(s);
+  return t;
 }
 
 Tensor::Tensor(Shape s) : shape(std::move(s)) {

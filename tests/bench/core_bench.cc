@@ -4,7 +4,9 @@
 #include <benchmark/benchmark.h>
 
 #include <dnnl.hpp>
+#include <fstream>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "attn/attention.h"
@@ -104,8 +106,18 @@ BENCHMARK(BM_Mha)
 
 }  // namespace
 
+std::string CpuModel() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "unknown";
+}
+
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
+  benchmark::AddCustomContext("cpu_model", CpuModel());
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::AddCustomContext("compute_threads", std::to_string(attn::ComputeThreads()));
   benchmark::AddCustomContext("onednn_isa", attn::OneDnnIsaName());

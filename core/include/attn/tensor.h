@@ -11,6 +11,7 @@
 #include <initializer_list>
 #include <new>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attn/status.h"
@@ -56,16 +57,31 @@ struct TensorView {
   const uint8_t* u8() const { return static_cast<const uint8_t*>(data); }
 };
 
-// Allocator giving 64-byte aligned storage (cache lines, AVX-512 loads).
+// The allocation functions behind AlignedAllocator.
+void* AllocateBuffer(std::size_t bytes);
+void FreeBuffer(void* p, std::size_t bytes) noexcept;
+
+// Allocator for large float buffers: 64-byte aligned (cache lines, AVX-512),
+// and buffers of 4 MiB or more are 2 MiB aligned and advised to use
+// transparent huge pages, so a fresh 100 MiB buffer takes 50 page faults,
+// not 25,000. Elements are default-initialised: resize() does not zero-fill
+// (use assign() for zeros), because most buffers are overwritten anyway.
 template <typename T>
 struct AlignedAllocator {
   using value_type = T;
-  static constexpr std::align_val_t kAlignment{64};
   AlignedAllocator() = default;
   template <typename U>
   AlignedAllocator(const AlignedAllocator<U>& /*other*/) noexcept {}  // NOLINT
-  T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlignment)); }
-  void deallocate(T* p, std::size_t /*n*/) noexcept { ::operator delete(p, kAlignment); }
+  T* allocate(std::size_t n) { return static_cast<T*>(AllocateBuffer(n * sizeof(T))); }
+  void deallocate(T* p, std::size_t n) noexcept { FreeBuffer(p, n * sizeof(T)); }
+  template <typename U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;  // default-initialise: no zero fill
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
   template <typename U>
   bool operator==(const AlignedAllocator<U>& /*other*/) const noexcept {
     return true;
@@ -86,6 +102,8 @@ struct Tensor {
   Tensor() = default;
   // Zero-filled. The caller has validated the shape.
   explicit Tensor(Shape s);
+  // Contents unspecified: for outputs that are overwritten in full.
+  static Tensor Uninitialized(Shape s);
   Tensor(Shape s, std::initializer_list<float> values);
 
   int64_t numel() const { return static_cast<int64_t>(data.size()); }
