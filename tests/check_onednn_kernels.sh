@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Runs every attention-core-bench shape once with ONEDNN_VERBOSE=1 and fails
 # if oneDNN executed any reference ("ref") implementation, or anything that is
-# not a brg/jit kernel. Usage: check_onednn_kernels.sh path/to/attention-core-bench
+# not a brg/jit kernel, or if the matmul or softmax primitive never ran. Usage: check_onednn_kernels.sh path/to/attention-core-bench
 set -euo pipefail
 bench=${1:?usage: $0 path/to/attention-core-bench}
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 # Shapes the bench covers; one iteration each is enough to see the kernels.
+# BM_MhaWeights (weights requested) runs the softmax primitive.
 ONEDNN_VERBOSE=1 timeout 300 "$bench" --benchmark_min_time=0 \
   --benchmark_filter='BM_Sdpa|BM_Mha' >"$log" 2>&1
 impls=$(grep '^onednn_verbose,exec,' "$log" | cut -d, -f4,5 | sort | uniq -c)
@@ -16,6 +17,12 @@ if [ -z "$impls" ]; then
   echo "FAIL: no oneDNN primitive was executed (is ONEDNN_VERBOSE supported?)"
   exit 1
 fi
+for prim in matmul softmax; do
+  if ! echo "$impls" | grep -Eq " ${prim}[^,]*,"; then
+    echo "FAIL: no $prim primitive was executed"
+    exit 1
+  fi
+done
 bad=$(echo "$impls" | awk '{split($2, a, ","); if (a[2] !~ /^(brg|jit|gemm:jit)/ || a[2] ~ /ref/) print}')
 if [ -n "$bad" ]; then
   echo "FAIL: non-brg/jit implementations executed:"

@@ -6,6 +6,10 @@
 // m_new)), then O += P V_blk (brgemm with a sum post-op). Only per-thread
 // buffers of block size exist; there is never an Lq x Lk score matrix.
 //
+// When the caller wants the weights, the [Lq, Lk] matrix is the output anyway,
+// and the exact, unfused path is used instead: matmul, the oneDNN softmax
+// primitive, matmul, on each query block's dense weight rows.
+//
 // We parallelise over tasks with OpenMP ourselves and build the per-block
 // primitives for one thread: oneDNN runs a primitive single-threaded when it
 // is called inside a parallel region. Strided blocks (a head of [B, L, H, Dh])
@@ -25,7 +29,7 @@
 #include <string>
 
 #include "attn/threading.h"
-#include "matmul_cache.h"
+#include "primitive_cache.h"
 #include "softmax_kernels.h"
 
 namespace attn::internal {
@@ -43,7 +47,7 @@ constexpr double kSerialFlops = 4.0e6;
 // Per-thread buffers, grown on demand and reused across calls. Their size
 // depends on block sizes and head dims, never on sequence lengths.
 struct Workspace {
-  FloatBuffer s, o, qp, kp, vp, m, l, alpha, mrec;
+  FloatBuffer s, o, qp, kp, vp, m, l, alpha;
   FloatBuffer scratch;
   std::unique_ptr<dnnl::stream> stream;
 
@@ -51,8 +55,8 @@ struct Workspace {
     if (static_cast<int64_t>(buf.size()) < n) buf.resize(static_cast<size_t>(n));
     return buf.data();
   }
-  void* Scratch(const MatmulPrimitive& p) {
-    const size_t bytes = p.scratchpad.get_size();
+  void* Scratch(const dnnl::memory::desc& scratchpad) {
+    const size_t bytes = scratchpad.get_size();
     return Ensure(scratch, static_cast<int64_t>((bytes + sizeof(float) - 1) / sizeof(float) + 1));
   }
   dnnl::stream& Stream() {
@@ -97,50 +101,64 @@ class BlockedAttention {
   // Runs task t. Largest query blocks come first (t = 0 is the last block),
   // which balances causal work under dynamic scheduling.
   Status RunTask(int64_t t, Workspace& ws, const std::atomic<bool>* cancelled) const {
+    if (cancelled != nullptr && cancelled->load(std::memory_order_relaxed)) {
+      return Status::Cancelled("attention: cancelled");
+    }
     const int64_t qb = nqb_ - 1 - t / nbh_;
     const int64_t bh = t % nbh_;
-    const int64_t b = bh / p_.heads, h = bh % p_.heads;
-    const int64_t q0 = qb * bq_, qn = std::min(bq_, p_.lq - q0);
-    const int64_t d = p_.d, dv = p_.dv;
+    Block blk{bh / p_.heads, bh % p_.heads, qb * bq_, std::min(bq_, p_.lq - qb * bq_)};
+    const float* q = DenseRows(Row(p_.q, blk.b, blk.h, blk.q0), blk.qn, p_.d, p_.q.stride[2],
+                               p_.q.stride[3], ws.qp);
+    float* out =
+        p_.out + blk.b * p_.out_stride[0] + blk.h * p_.out_stride[1] + blk.q0 * p_.out_stride[2];
+    if (p_.weights != nullptr) return RunExact(blk, q, out, ws);
+    return RunOnline(blk, q, out, ws, cancelled);
+  }
+
+ private:
+  struct Block {
+    int64_t b, h, q0, qn;
+  };
+
+  static const float* Row(const Strided4D& t, int64_t b, int64_t h, int64_t i) {
+    return t.data + b * t.stride[0] + h * t.stride[1] + i * t.stride[2];
+  }
+
+  // The online path: walk key blocks, keep a running max and sum per row.
+  Status RunOnline(const Block& blk, const float* q, float* out, Workspace& ws,
+                   const std::atomic<bool>* cancelled) const {
+    const int64_t qn = blk.qn, q0 = blk.q0, d = p_.d, dv = p_.dv;
     const int64_t k_end = p_.causal ? std::min(p_.lk, q0 + qn) : p_.lk;
     const int64_t nkb = (k_end + kBlockK - 1) / kBlockK;
     const bool general_mask = p_.kpm != nullptr || p_.bias != nullptr;
-
-    const float* q =
-        DenseRows(p_.q.data + b * p_.q.stride[0] + h * p_.q.stride[1] + q0 * p_.q.stride[2], qn, d,
-                  p_.q.stride[2], p_.q.stride[3], ws.qp);
     float* s = Workspace::Ensure(ws.s, qn * std::min(kBlockK, k_end));
     float* o = Workspace::Ensure(ws.o, qn * dv);
     float* m = Workspace::Ensure(ws.m, qn);
     float* l = Workspace::Ensure(ws.l, qn);
     float* alpha = Workspace::Ensure(ws.alpha, qn);
-    float* mrec = p_.weights ? Workspace::Ensure(ws.mrec, qn * nkb) : nullptr;
     std::fill(m, m + qn, kNegInf);
     std::fill(l, l + qn, 0.0f);
-    float* weights_bh = p_.weights ? p_.weights + (bh * p_.lq + q0) * p_.lk : nullptr;
 
     for (int64_t kb = 0; kb < nkb; ++kb) {
-      if (cancelled != nullptr && cancelled->load(std::memory_order_relaxed)) {
+      if (kb > 0 && cancelled != nullptr && cancelled->load(std::memory_order_relaxed)) {
         return Status::Cancelled("attention: cancelled");
       }
       const int64_t k0 = kb * kBlockK, kn = std::min(kBlockK, k_end - k0);
       const float* k =
-          DenseRows(p_.k.data + b * p_.k.stride[0] + h * p_.k.stride[1] + k0 * p_.k.stride[2], kn,
-                    d, p_.k.stride[2], p_.k.stride[3], ws.kp);
+          DenseRows(Row(p_.k, blk.b, blk.h, k0), kn, d, p_.k.stride[2], p_.k.stride[3], ws.kp);
       const float* v =
-          DenseRows(p_.v.data + b * p_.v.stride[0] + h * p_.v.stride[1] + k0 * p_.v.stride[2], kn,
-                    dv, p_.v.stride[2], p_.v.stride[3], ws.vp);
+          DenseRows(Row(p_.v, blk.b, blk.h, k0), kn, dv, p_.v.stride[2], p_.v.stride[3], ws.vp);
 
       // S = Q K^T; K^T is a transposed format tag on the dense K block.
       auto qk = GetMatmul({qn, kn, d, d, d, kn, /*b_transposed=*/true, false, false, 1});
-      RunMatmul(*qk, ws.Stream(), q, k, s, nullptr, ws.Scratch(*qk));
+      RunMatmul(*qk, ws.Stream(), q, k, s, nullptr, ws.Scratch(qk->scratchpad));
 
       for (int64_t i = 0; i < qn; ++i) {
         float* row = s + i * kn;
         const int64_t valid = p_.causal ? std::clamp<int64_t>(q0 + i - k0 + 1, 0, kn) : kn;
         float row_scale = p_.scale;
         if (general_mask && valid > 0) {
-          ApplyMasks(row, valid, b, h, q0 + i, k0);
+          ApplyMasks(row, valid, blk.b, blk.h, q0 + i, k0);
           row_scale = 1.0f;  // ApplyMasks has scaled the row
         }
         const float m_blk = valid > 0 ? kern_.scaled_max(row, valid, row_scale) : kNegInf;
@@ -150,7 +168,6 @@ class BlockedAttention {
         if (m_new == kNegInf) {  // every key so far masked: P = 0, O stays 0
           std::fill(row, row + kn, 0.0f);
           alpha[i] = 1.0f;
-          if (mrec) mrec[i * nkb + kb] = kNegInf;
           continue;
         }
         const float sum = kern_.exp_sum(row, valid, row_scale, m_new);
@@ -158,10 +175,6 @@ class BlockedAttention {
         alpha[i] = m_old == kNegInf ? 0.0f : std::exp(m_old - m_new);
         l[i] = l[i] * alpha[i] + sum;
         m[i] = m_new;
-        if (weights_bh) {
-          std::memcpy(weights_bh + i * p_.lk + k0, row, static_cast<size_t>(kn) * sizeof(float));
-          mrec[i * nkb + kb] = m_new;
-        }
       }
 
       // O = alpha * O + P V. The first block overwrites O, so O needs no clearing.
@@ -172,11 +185,10 @@ class BlockedAttention {
         }
       }
       auto pv = GetMatmul({qn, dv, kn, kn, dv, dv, false, false, accumulate, 1});
-      RunMatmul(*pv, ws.Stream(), s, v, o, nullptr, ws.Scratch(*pv));
+      RunMatmul(*pv, ws.Stream(), s, v, o, nullptr, ws.Scratch(pv->scratchpad));
     }
 
     // Normalise. A fully masked row has l == 0 and gets zeros; a NaN sum stays NaN.
-    float* out = p_.out + b * p_.out_stride[0] + h * p_.out_stride[1] + q0 * p_.out_stride[2];
     for (int64_t i = 0; i < qn; ++i) {
       float* dst = out + i * p_.out_stride[2];
       if (nkb == 0 || l[i] == 0.0f) {
@@ -186,11 +198,46 @@ class BlockedAttention {
       const float inv = 1.0f / l[i];
       for (int64_t c = 0; c < dv; ++c) dst[c] = o[i * dv + c] * inv;
     }
-    if (weights_bh) FinishWeights(weights_bh, qn, nkb, k_end, m, l, mrec);
     return Status::Ok();
   }
 
- private:
+  // The exact path, for when the weights are wanted and so an [Lq, Lk]
+  // buffer exists anyway: S = Q K^T straight into this block's weight rows,
+  // masks, the oneDNN softmax primitive in place, then O = P V. The rows are
+  // dense (ld = Lk), which keeps oneDNN on its brgemm and jit kernels.
+  Status RunExact(const Block& blk, const float* q, float* out, Workspace& ws) const {
+    const int64_t qn = blk.qn, q0 = blk.q0, lk = p_.lk, d = p_.d, dv = p_.dv;
+    float* w = p_.weights + ((blk.b * p_.heads + blk.h) * p_.lq + q0) * lk;
+    const float* k =
+        DenseRows(Row(p_.k, blk.b, blk.h, 0), lk, d, p_.k.stride[2], p_.k.stride[3], ws.kp);
+    const float* v =
+        DenseRows(Row(p_.v, blk.b, blk.h, 0), lk, dv, p_.v.stride[2], p_.v.stride[3], ws.vp);
+    auto qk = GetMatmul({qn, lk, d, d, d, lk, /*b_transposed=*/true, false, false, 1});
+    RunMatmul(*qk, ws.Stream(), q, k, w, nullptr, ws.Scratch(qk->scratchpad));
+
+    float* row_max = Workspace::Ensure(ws.m, qn);
+    for (int64_t i = 0; i < qn; ++i) {
+      float* row = w + i * lk;
+      ApplyMasks(row, lk, blk.b, blk.h, q0 + i, 0);
+      if (p_.causal && q0 + i + 1 < lk) std::fill(row + q0 + i + 1, row + lk, kNegInf);
+      row_max[i] = kern_.scaled_max(row, lk, 1.0f);
+    }
+    auto softmax = GetSoftmax({qn, lk, 1});
+    RunSoftmax(*softmax, ws.Stream(), w, ws.Scratch(softmax->scratchpad));
+    // oneDNN gives NaN (0/0) for a row of -inf; such a row is fully masked.
+    for (int64_t i = 0; i < qn; ++i) {
+      if (row_max[i] == kNegInf) std::fill(w + i * lk, w + (i + 1) * lk, 0.0f);
+    }
+
+    float* o = Workspace::Ensure(ws.o, qn * dv);
+    auto pv = GetMatmul({qn, dv, lk, lk, dv, dv, false, false, false, 1});
+    RunMatmul(*pv, ws.Stream(), w, v, o, nullptr, ws.Scratch(pv->scratchpad));
+    for (int64_t i = 0; i < qn; ++i) {
+      std::memcpy(out + i * p_.out_stride[2], o + i * dv, static_cast<size_t>(dv) * sizeof(float));
+    }
+    return Status::Ok();
+  }
+
   // row[j] = row[j] * scale + bias(b, h, i, k0 + j), or -inf where the key is padded.
   void ApplyMasks(float* row, int64_t n, int64_t b, int64_t h, int64_t i, int64_t k0) const {
     const float scale = p_.scale;
@@ -207,21 +254,6 @@ class BlockedAttention {
       const int64_t ks = p_.kpm_stride[1];
       for (int64_t j = 0; j < n; ++j) {
         if (kpm[j * ks] != 0) row[j] = kNegInf;
-      }
-    }
-  }
-
-  // Each stored block of weights holds exp(x - m_blk); turn it into
-  // exp(x - m_final) / l. Fully masked rows become zeros.
-  void FinishWeights(float* w, int64_t qn, int64_t nkb, int64_t k_end, const float* m,
-                     const float* l, const float* mrec) const {
-    for (int64_t i = 0; i < qn; ++i) {
-      float* row = w + i * p_.lk;
-      for (int64_t kb = 0; kb < nkb; ++kb) {
-        const int64_t k0 = kb * kBlockK, kn = std::min(kBlockK, k_end - k0);
-        const float rec = mrec[i * nkb + kb];
-        const float f = (l[i] == 0.0f || rec == kNegInf) ? 0.0f : std::exp(rec - m[i]) / l[i];
-        kern_.scale(row + k0, kn, f);
       }
     }
   }

@@ -12,7 +12,7 @@
 #include "attn/attention.h"
 #include "attn/threading.h"
 #include "blocked_attention.h"
-#include "matmul_cache.h"
+#include "primitive_cache.h"
 #include "softmax_kernels.h"
 
 namespace attn {

@@ -64,7 +64,9 @@ void BM_Sdpa(benchmark::State& state) {
 }
 
 // nn.MultiheadAttention-style self-attention, E=512, H=8, packed in_proj.
-void BM_Mha(benchmark::State& state) {
+// BM_MhaWeights also returns the head-averaged weights (PyTorch's default
+// need_weights=True), which takes the exact matmul-softmax-matmul path.
+void RunMha(benchmark::State& state, bool need_weights) {
   const int64_t e = 512, h = 8, b = state.range(0), l = state.range(1);
   auto x = Random(b * l * e, 1);
   auto in_proj = Random(3 * e * e, 2), in_bias = Random(3 * e, 3);
@@ -81,6 +83,7 @@ void BM_Mha(benchmark::State& state) {
                             attn::TensorView::Dense(out_b.data(), {e})};
   attn::MultiHeadAttentionOptions opt;
   opt.num_heads = h;
+  opt.need_weights = need_weights;
   const auto xv = attn::TensorView::Dense(x.data(), {b, l, e});
   for (auto _ : state) {
     auto r = attn::MultiHeadAttention(pw, xv, xv, xv, opt);
@@ -92,6 +95,9 @@ void BM_Mha(benchmark::State& state) {
       benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+void BM_Mha(benchmark::State& state) { RunMha(state, false); }
+void BM_MhaWeights(benchmark::State& state) { RunMha(state, true); }
+
 BENCHMARK(BM_OneDnnMatmul1024)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Sdpa)
     ->ArgsProduct({{128, 512, 2048, 8192}, {0, 1}})
@@ -100,6 +106,11 @@ BENCHMARK(BM_Sdpa)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Mha)
     ->ArgsProduct({{1, 8}, {128, 512, 2048}})
+    ->ArgNames({"B", "L"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_MhaWeights)
+    ->ArgsProduct({{1}, {128, 512, 2048}})
     ->ArgNames({"B", "L"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);

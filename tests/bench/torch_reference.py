@@ -33,14 +33,14 @@ def time_call(fn, min_seconds=1.0, min_repeats=3):
     return statistics.median(times) * 1e3
 
 
-def mha_case(batch, length, embed=512, heads=8):
+def mha_case(batch, length, embed=512, heads=8, need_weights=False):
     torch.manual_seed(0)
     mha = torch.nn.MultiheadAttention(embed, heads, batch_first=True).eval()
     x = torch.randn(batch, length, embed)
 
     def run():
         with torch.inference_mode():
-            mha(x, x, x, need_weights=False)
+            mha(x, x, x, need_weights=need_weights)
 
     flops = 4 * 2.0 * batch * length * embed * embed + 4.0 * batch * length * length * embed
     return run, flops
@@ -82,6 +82,9 @@ def main():
         for batch in (1, 8):
             for length in (128, 512, 2048):
                 cases.append((f"BM_Mha/B:{batch}/L:{length}", *mha_case(batch, length)))
+        for length in (128, 512, 2048):
+            cases.append((f"BM_MhaWeights/B:1/L:{length}",
+                          *mha_case(1, length, need_weights=True)))
 
     results = {
         "torch_version": torch.__version__,

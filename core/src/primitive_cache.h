@@ -1,4 +1,4 @@
-// oneDNN matmul primitives, created once per shape and reused.
+// oneDNN matmul and softmax primitives, created once per shape and reused.
 //
 // Internal to core. Functions here may throw dnnl::error; the public entry
 // points catch it at core's edge.
@@ -48,8 +48,25 @@ std::shared_ptr<const MatmulPrimitive> GetMatmul(const MatmulShape& shape);
 void RunMatmul(const MatmulPrimitive& p, dnnl::stream& stream, const float* a, const float* b,
                float* c, const float* bias, void* scratchpad);
 
-// Number of cached primitives (for tests).
-size_t MatmulCacheSize();
+// Softmax over the last axis of a dense row-major [m, n] matrix, in place.
+// oneDNN 2.6 uses a jit kernel only for dense rows (strided rows get ref).
+struct SoftmaxShape {
+  int64_t m = 0, n = 0;
+  int threads = 1;
+
+  bool operator==(const SoftmaxShape& o) const;
+};
+
+struct SoftmaxPrimitive {
+  dnnl::softmax_forward primitive;
+  dnnl::memory::desc data, scratchpad;
+  std::string impl;
+};
+
+std::shared_ptr<const SoftmaxPrimitive> GetSoftmax(const SoftmaxShape& shape);
+
+// Rows of `data` become their softmax. A row of -inf gives NaN (as 0/0).
+void RunSoftmax(const SoftmaxPrimitive& p, dnnl::stream& stream, float* data, void* scratchpad);
 
 // Sets the calling thread's OpenMP team size for the scope, restoring it after.
 // oneDNN reads omp_get_max_threads() of the calling thread.
