@@ -283,7 +283,7 @@ Status RunBlockedAttention(const AttentionProblem& p, const std::atomic<bool>* c
   // Split queries finer when batch * heads alone cannot keep the team busy.
   int64_t block_q = kBlockQ;
   while (block_q > kMinBlockQ &&
-         p.batch * p.heads * ((p.lq + block_q - 1) / block_q) < 2 * threads) {
+         p.batch * p.heads * ((p.lq + block_q - 1) / block_q) < int64_t{2} * threads) {
     block_q /= 2;
   }
   BlockedAttention attention(p, block_q);

@@ -85,10 +85,14 @@ class Builder {
   std::set<std::string> used_;
 };
 
+// Declares `lhs` from a StatusOr, or returns its error. (lhs is a name, so it
+// cannot be parenthesised.)
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define ATTN_ASSIGN_OR_RETURN(lhs, expr)        \
   auto lhs##_or = (expr);                       \
   if (!lhs##_or.ok()) return lhs##_or.status(); \
   auto lhs = std::move(*lhs##_or)
+// NOLINTEND(bugprone-macro-parentheses)
 
 // nn.MultiheadAttention: in_proj_weight [3E, E] or q/k/v_proj_weight,
 // in_proj_bias [3E], out_proj.weight/bias.

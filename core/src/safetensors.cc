@@ -143,7 +143,7 @@ void AppendJsonString(std::string* out, const std::string& s) {
       out->push_back(c);
     } else if (static_cast<unsigned char>(c) < 0x20) {
       char esc[8];
-      std::snprintf(esc, sizeof(esc), "\\u%04x", c);
+      std::snprintf(esc, sizeof(esc), R"(\u%04x)", c);
       out->append(esc);
     } else {
       out->push_back(c);
@@ -174,7 +174,7 @@ std::string SerializeSafetensors(const SafetensorsFile& file) {
     if (!first) header += ",";
     first = false;
     AppendJsonString(&header, name);
-    header += ":{\"dtype\":\"F32\",\"shape\":[";
+    header += R"(:{"dtype":"F32","shape":[)";
     for (size_t i = 0; i < t.shape.size(); ++i) {
       if (i) header += ",";
       header += std::to_string(t.shape[i]);

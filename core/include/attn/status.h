@@ -29,7 +29,7 @@ enum class StatusCode : int {
 const char* StatusCodeName(StatusCode code);
 
 // A value type: either OK or a code with a message. Cheap to copy when OK.
-class Status {
+class [[nodiscard]] Status {
  public:
   Status() = default;  // OK
   Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
@@ -61,7 +61,7 @@ class Status {
 // Holds either a T or a non-OK Status. Accessing value() of an error is a bug
 // (asserted in debug builds).
 template <typename T>
-class StatusOr {
+class [[nodiscard]] StatusOr {
  public:
   StatusOr(Status status) : status_(std::move(status)) {  // NOLINT: implicit by design
     assert(!status_.ok());
