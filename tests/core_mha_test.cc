@@ -9,11 +9,13 @@
 
 #include "attn/attention.h"
 #include "float64_reference.h"
+#include "status_matchers.h"
 #include "tensor_compare.h"
 
 namespace attn {
 namespace {
 
+using attn_test::ExpectInvalid;
 using attn_test::RandomFloats;
 using attn_test::ToDouble;
 
@@ -211,13 +213,6 @@ TEST(Mha, UnbatchedMatchesBatchOfOne) {
   EXPECT_EQ(r->weights->shape, (Shape{6, 8}));
   EXPECT_EQ(r->output.data, batched->output.data);
   EXPECT_EQ(r->weights->data, batched->weights->data);
-}
-
-void ExpectInvalid(const StatusOr<AttentionResult>& r, const std::string& substring) {
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
-  EXPECT_NE(r.status().message().find(substring), std::string::npos)
-      << "message: " << r.status().message() << "\nwanted: " << substring;
 }
 
 TEST(MhaErrors, MessagesNameTheField) {

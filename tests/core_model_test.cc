@@ -10,6 +10,7 @@
 #include <string>
 
 #include "attn/model.h"
+#include "status_matchers.h"
 
 namespace attn {
 namespace {
@@ -54,12 +55,6 @@ class TempDir {
  private:
   std::string path_;
 };
-
-void ExpectError(const Status& s, StatusCode code, const std::string& substring) {
-  EXPECT_EQ(s.code(), code) << s.ToString();
-  EXPECT_NE(s.message().find(substring), std::string::npos)
-      << "message: " << s.message() << "\nwanted: " << substring;
-}
 
 TEST(Safetensors, SerializeParseRoundTrip) {
   const SafetensorsFile f = MhaFile();
@@ -118,7 +113,7 @@ TEST(Safetensors, CorruptionsNameTheProblem) {
   for (const auto& c : cases) {
     auto r = ParseSafetensors(c.bytes, "bad.safetensors");
     ASSERT_FALSE(r.ok()) << c.want;
-    ExpectError(r.status(), StatusCode::kInvalidArgument, "bad.safetensors: " + c.want);
+    attn_test::ExpectStatus(r.status(), StatusCode::kInvalidArgument, "bad.safetensors: " + c.want);
   }
 }
 
@@ -154,7 +149,8 @@ TEST(Model, LoadsAndNamesItselfAfterTheFileStem) {
 
 TEST(Model, MissingFileIsNotFound) {
   auto m = AttentionModel::LoadSafetensors("/nonexistent/dir/x.safetensors");
-  ExpectError(m.status(), StatusCode::kNotFound, "/nonexistent/dir/x.safetensors: cannot open");
+  attn_test::ExpectStatus(m.status(), StatusCode::kNotFound,
+                          "/nonexistent/dir/x.safetensors: cannot open");
 }
 
 TEST(Model, InconsistentWeightSetsAreRefused) {
@@ -164,50 +160,51 @@ TEST(Model, InconsistentWeightSetsAreRefused) {
   };
   SafetensorsFile f = MhaFile();
   f.metadata.erase("kind");
-  ExpectError(load(f).status(), StatusCode::kInvalidArgument,
-              "m.safetensors: __metadata__ has no 'kind'");
+  attn_test::ExpectStatus(load(f).status(), StatusCode::kInvalidArgument,
+                          "m.safetensors: __metadata__ has no 'kind'");
   f = MhaFile();
   f.metadata["kind"] = "transformer";
-  ExpectError(
+  attn_test::ExpectStatus(
       load(f).status(), StatusCode::kInvalidArgument,
       "kind: expected attention, cross_attention or multi_head_attention, got 'transformer'");
   f = MhaFile();
   f.metadata.erase("num_heads");
-  ExpectError(load(f).status(), StatusCode::kInvalidArgument, "has no 'num_heads'");
+  attn_test::ExpectStatus(load(f).status(), StatusCode::kInvalidArgument, "has no 'num_heads'");
   f = MhaFile();
   f.metadata["num_heads"] = "2x";
-  ExpectError(load(f).status(), StatusCode::kInvalidArgument,
-              "num_heads must be a positive integer, got '2x'");
+  attn_test::ExpectStatus(load(f).status(), StatusCode::kInvalidArgument,
+                          "num_heads must be a positive integer, got '2x'");
   f = MhaFile(8, 3);
-  ExpectError(load(f).status(), StatusCode::kInvalidArgument,
-              "model 'm': num_heads 3 must be positive and divide the projection widths (8, 8)");
+  attn_test::ExpectStatus(
+      load(f).status(), StatusCode::kInvalidArgument,
+      "model 'm': num_heads 3 must be positive and divide the projection widths (8, 8)");
   f = MhaFile();
   f.tensors.erase("out_proj.weight");
-  ExpectError(load(f).status(), StatusCode::kInvalidArgument,
-              "m.safetensors: model 'm': missing tensor 'out_proj.weight'");
+  attn_test::ExpectStatus(load(f).status(), StatusCode::kInvalidArgument,
+                          "m.safetensors: model 'm': missing tensor 'out_proj.weight'");
   f = MhaFile();
   f.tensors.emplace("extra", Filled({2}, 0));
-  ExpectError(load(f).status(), StatusCode::kInvalidArgument,
-              "model 'm': unexpected tensor 'extra' for kind multi_head_attention");
+  attn_test::ExpectStatus(load(f).status(), StatusCode::kInvalidArgument,
+                          "model 'm': unexpected tensor 'extra' for kind multi_head_attention");
   f = MhaFile();
   f.tensors.emplace("bias_k", Filled({1, 1, 8}, 0));
-  ExpectError(load(f).status(), StatusCode::kUnimplemented,
-              "tensor 'bias_k': add_bias_kv is not supported");
+  attn_test::ExpectStatus(load(f).status(), StatusCode::kUnimplemented,
+                          "tensor 'bias_k': add_bias_kv is not supported");
   f = MhaFile();
   f.tensors.erase("in_proj_weight");
   f.tensors.emplace("in_proj_weight", Filled({24, 6}, 0));
-  ExpectError(load(f).status(), StatusCode::kInvalidArgument,
-              "tensor 'in_proj_weight' must have shape [3E, E], got [24, 6]");
+  attn_test::ExpectStatus(load(f).status(), StatusCode::kInvalidArgument,
+                          "tensor 'in_proj_weight' must have shape [3E, E], got [24, 6]");
   f = MhaFile();
   f.tensors.erase("in_proj_bias");
   f.tensors.emplace("in_proj_bias", Filled({8}, 0));
-  ExpectError(load(f).status(), StatusCode::kInvalidArgument,
-              "tensor 'in_proj_bias' must have shape [24], got [8]");
+  attn_test::ExpectStatus(load(f).status(), StatusCode::kInvalidArgument,
+                          "tensor 'in_proj_bias' must have shape [24], got [8]");
   f = MhaFile();
   f.tensors.erase("out_proj.bias");
   f.tensors.emplace("out_proj.bias", Filled({7}, 0));
-  ExpectError(load(f).status(), StatusCode::kInvalidArgument,
-              "tensor 'out_proj.bias' must have shape [8], got [7]");
+  attn_test::ExpectStatus(load(f).status(), StatusCode::kInvalidArgument,
+                          "tensor 'out_proj.bias' must have shape [8], got [7]");
 
   // kdim/vdim layout: separate q/k/v_proj_weight; rows must equal embed_dim.
   f = MhaFile();
@@ -215,15 +212,16 @@ TEST(Model, InconsistentWeightSetsAreRefused) {
   f.tensors.emplace("q_proj_weight", Filled({8, 8}, 0));
   f.tensors.emplace("k_proj_weight", Filled({6, 5}, 0));
   f.tensors.emplace("v_proj_weight", Filled({8, 3}, 0));
-  ExpectError(load(f).status(), StatusCode::kInvalidArgument,
-              "tensor 'k_proj_weight' must have 8 rows (embed_dim), got shape [6, 5]");
+  attn_test::ExpectStatus(load(f).status(), StatusCode::kInvalidArgument,
+                          "tensor 'k_proj_weight' must have 8 rows (embed_dim), got shape [6, 5]");
 
   // Seed modules: q_linear.* etc.; a missing one is named.
   SafetensorsFile s;
   s.metadata = {{"kind", "attention"}};
   s.tensors.emplace("q_linear.weight", Filled({4, 4}, 0));
   s.tensors.emplace("k_linear.weight", Filled({4, 4}, 0));
-  ExpectError(load(s).status(), StatusCode::kInvalidArgument, "missing tensor 'v_linear.weight'");
+  attn_test::ExpectStatus(load(s).status(), StatusCode::kInvalidArgument,
+                          "missing tensor 'v_linear.weight'");
   s.tensors.emplace("v_linear.weight", Filled({4, 4}, 0));
   s.tensors.emplace("v_linear.bias", Filled({4}, 0));
   auto ok = load(s);

@@ -17,12 +17,14 @@
 #include "attn/attention.h"
 #include "attn/threading.h"
 #include "float64_reference.h"
+#include "status_matchers.h"
 #include "tensor_compare.h"
 
 namespace attn {
 namespace {
 
 using attn_test::AllClose;
+using attn_test::ExpectInvalid;
 using attn_test::MaxAbs;
 using attn_test::RandomFloats;
 using attn_test::ToDouble;
@@ -330,13 +332,6 @@ struct ErrorCase {
   Shape q, k, v;
   std::string message;
 };
-
-void ExpectInvalid(const StatusOr<AttentionResult>& r, const std::string& substring) {
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
-  EXPECT_NE(r.status().message().find(substring), std::string::npos)
-      << "message: " << r.status().message() << "\nwanted: " << substring;
-}
 
 TEST(SdpaErrors, ShapeMismatchesNameTheInput) {
   std::vector<float> buf(4096, 0.5f);

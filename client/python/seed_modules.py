@@ -23,14 +23,9 @@ class SelfAttention(nn.Module):
         return torch.bmm(attn, v)
 
 
-class CrossAttention(nn.Module):
-    def __init__(self, embed_dim):
-        super().__init__()
-        self.embed_dim = embed_dim
-        self.q_linear = nn.Linear(embed_dim, embed_dim)
-        self.k_linear = nn.Linear(embed_dim, embed_dim)
-        self.v_linear = nn.Linear(embed_dim, embed_dim)
-        self.scale = embed_dim ** 0.5
+class CrossAttention(SelfAttention):
+    """Queries from the decoder, keys and values from the encoder; the same
+    layers (and state_dict names) as SelfAttention."""
 
     def forward(self, x_dec, x_enc):
         q, k, v = self.q_linear(x_dec), self.k_linear(x_enc), self.v_linear(x_enc)
