@@ -1,7 +1,8 @@
 # Debian 12 packages the project needs, and a function that installs only the
 # missing ones. Sourced by tests/run.sh (and deploy/run.sh).
 
-BUILD_PACKAGES=(g++ make cmake libdnnl-dev)
+# libdnnl-dev's CMake config needs OpenCL (Debian builds oneDNN with it).
+BUILD_PACKAGES=(g++ make cmake libdnnl-dev ocl-icd-opencl-dev)
 TEST_PACKAGES=(libgtest-dev libbenchmark-dev)
 
 # ensure_packages PKG...: apt-get installs the packages that are not
