@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <string>
@@ -228,6 +229,28 @@ TEST(Model, InconsistentWeightSetsAreRefused) {
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_TRUE(ok->info().has_bias);
   EXPECT_FALSE(ok->info().has_out_proj);
+}
+
+TEST(Model, BuiltinDemoModelsAreDeterministicAndValid) {
+  auto a = BuiltinDemoModels(), b = BuiltinDemoModels();
+  ASSERT_EQ(a.size(), 4u);
+  const char* names[] = {"demo-attention", "demo-cross-attention", "demo-mha", "demo-mha-small"};
+  const ModelKind kinds[] = {ModelKind::kAttention, ModelKind::kCrossAttention,
+                             ModelKind::kMultiHeadAttention, ModelKind::kMultiHeadAttention};
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].info().name, names[i]);
+    EXPECT_EQ(a[i].info().kind, kinds[i]);
+    const TensorView& wa = a[i].projections().q.weight;
+    const TensorView& wb = b[i].projections().q.weight;
+    ASSERT_EQ(wa.shape, wb.shape);
+    EXPECT_EQ(0, std::memcmp(wa.data, wb.data, wa.shape[0] * wa.shape[1] * sizeof(float)));
+  }
+  EXPECT_EQ(a[2].info().embed_dim, 512);
+  EXPECT_EQ(a[2].info().num_heads, 8);
+  // The first weight of demo-attention, pinned: SplitMix64(seed 1)'s first
+  // output mapped to [-1/8, 1/8), computed independently in Python. A change
+  // to the generator would silently change every demo model.
+  EXPECT_FLOAT_EQ(a[0].projections().q.weight.f32()[0], 0.016640393f);
 }
 
 }  // namespace

@@ -465,5 +465,22 @@ TEST(Threading, ComputeNeverUsesMoreThreadsThanComputeThreads) {
   EXPECT_LE(ProcessThreads(), ComputeThreads());
 }
 
+TEST(Threading, PerCallThreadsOverrideTheKnob) {
+  if (ProcessThreads() != 1) GTEST_SKIP() << "needs a fresh process (ctest runs it alone)";
+  SetComputeThreads(2);
+  std::mt19937 rng(4);
+  const int64_t l = 800, d = 64;
+  auto x = RandomFloats(4 * l * d, rng);
+  const TensorView v = TensorView::Dense(x.data(), {4, l, d});
+  ScaledDotProductAttentionOptions opt;
+  opt.num_threads = 1;
+  ASSERT_TRUE(ScaledDotProductAttention(v, v, v, opt).ok());
+  EXPECT_EQ(ProcessThreads(), 1) << "a 1-thread call must not start an OpenMP team";
+  opt.num_threads = 0;  // the knob: 2
+  ASSERT_TRUE(ScaledDotProductAttention(v, v, v, opt).ok());
+  EXPECT_EQ(ProcessThreads(), 2);
+  SetComputeThreads(0);
+}
+
 }  // namespace
 }  // namespace attn

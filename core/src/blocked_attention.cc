@@ -276,7 +276,7 @@ Status RunBlockedAttention(const AttentionProblem& p, const std::atomic<bool>* c
         }
     return Status::Ok();
   }
-  int threads = ComputeThreads();
+  int threads = p.threads > 0 ? p.threads : ComputeThreads();
   const double flops = 2.0 * static_cast<double>(p.batch * p.heads) * static_cast<double>(p.lq) *
                        static_cast<double>(p.lk) * static_cast<double>(p.d + p.dv);
   if (flops < kSerialFlops) threads = 1;

@@ -26,6 +26,7 @@ struct AttentionProblem {
   // Dense [B, H, Lq, Lk] attention weights, or null when not wanted.
   float* weights = nullptr;
   float scale = 1.0f;
+  int threads = 0;  // 0 means ComputeThreads()
   bool causal = false;
   // Bool key padding mask: element (b, j) at kpm[b * kpm_stride[0] + j * kpm_stride[1]].
   const uint8_t* kpm = nullptr;

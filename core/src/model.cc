@@ -1,5 +1,6 @@
 #include "attn/model.h"
 
+#include <cmath>
 #include <set>
 
 #include "blocked_attention.h"
@@ -261,6 +262,68 @@ StatusOr<AttentionModel> AttentionModel::LoadSafetensors(const std::string& path
     return Status(model.status().code(), path + ": " + model.status().message());
   }
   return model;
+}
+
+namespace {
+
+// SplitMix64: a tiny generator whose output is fixed by its definition, so the
+// demo weights are the same with every compiler and standard library.
+class DemoWeights {
+ public:
+  explicit DemoWeights(uint64_t seed) : state_(seed) {}
+
+  // Uniform in [-bound, bound), like nn.Linear's default initialisation.
+  Tensor Uniform(Shape shape, double bound) {
+    Tensor t(std::move(shape));
+    for (float& x : t.data) x = static_cast<float>((2.0 * Next() - 1.0) * bound);
+    return t;
+  }
+
+ private:
+  double Next() {
+    uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return static_cast<double>(z >> 11) * 0x1.0p-53;
+  }
+  uint64_t state_;
+};
+
+void AddLinear(DemoWeights& gen, std::map<std::string, Tensor>& tensors, const std::string& prefix,
+               int64_t out, int64_t in) {
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in));
+  tensors.emplace(prefix + "weight", gen.Uniform({out, in}, bound));
+  tensors.emplace(prefix + "bias", gen.Uniform({out}, bound));
+}
+
+AttentionModel DemoSingleHead(const std::string& name, ModelKind kind, int64_t e, uint64_t seed) {
+  DemoWeights gen(seed);
+  std::map<std::string, Tensor> t;
+  for (const char* p : {"q_linear.", "k_linear.", "v_linear."}) AddLinear(gen, t, p, e, e);
+  return std::move(*AttentionModel::FromTensors(name, kind, 1, std::move(t)));
+}
+
+AttentionModel DemoMultiHead(const std::string& name, int64_t e, int64_t heads, uint64_t seed) {
+  DemoWeights gen(seed);
+  std::map<std::string, Tensor> t;
+  const double bound = 1.0 / std::sqrt(static_cast<double>(e));
+  t.emplace("in_proj_weight", gen.Uniform({3 * e, e}, bound));
+  t.emplace("in_proj_bias", gen.Uniform({3 * e}, bound));
+  AddLinear(gen, t, "out_proj.", e, e);
+  return std::move(
+      *AttentionModel::FromTensors(name, ModelKind::kMultiHeadAttention, heads, std::move(t)));
+}
+
+}  // namespace
+
+std::vector<AttentionModel> BuiltinDemoModels() {
+  std::vector<AttentionModel> models;
+  models.push_back(DemoSingleHead("demo-attention", ModelKind::kAttention, 64, 1));
+  models.push_back(DemoSingleHead("demo-cross-attention", ModelKind::kCrossAttention, 64, 2));
+  models.push_back(DemoMultiHead("demo-mha", 512, 8, 3));
+  models.push_back(DemoMultiHead("demo-mha-small", 64, 4, 4));
+  return models;
 }
 
 }  // namespace attn

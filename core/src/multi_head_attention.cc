@@ -56,11 +56,11 @@ Workspace& ThreadWorkspace() {
 // y[m, out] (row stride ldy) = x[m, in] (row stride ldx) W^T + b, where W is
 // `out` rows of an [*, in] weight with row stride ldw.
 void RunLinear(const float* x, int64_t m, int64_t in, int64_t ldx, const float* weight, int64_t out,
-               int64_t ldw, const float* bias, float* y, int64_t ldy) {
+               int64_t ldw, const float* bias, float* y, int64_t ldy, int max_threads) {
   if (m == 0) return;
   const double flops =
       2.0 * static_cast<double>(m) * static_cast<double>(in) * static_cast<double>(out);
-  const int threads = flops < kSerialFlops ? 1 : ComputeThreads();
+  const int threads = flops < kSerialFlops ? 1 : max_threads;
   internal::ScopedOmpThreads scope(threads);
   auto prim = internal::GetMatmul(
       {m, out, in, ldx, ldw, ldy, /*b_transposed=*/true, bias != nullptr, false, threads});
@@ -184,6 +184,7 @@ StatusOr<AttentionResult> Mha(const ProjectionWeights& w, const TensorView& quer
   internal::AttentionProblem p;
   p.batch = batch, p.heads = h, p.lq = lq, p.lk = lk, p.d = dh, p.dv = dvh;
   p.scale = *scale;
+  p.threads = opt.num_threads > 0 ? opt.num_threads : ComputeThreads();
   ATTN_RETURN_IF_ERROR(internal::ResolveMasks(opt.masks, unbatched, &p));
   // Every buffer below is at most a product of these checked shapes.
   const int64_t eo = w.out.has_value() ? w.out->weight.shape[0] : ev;
@@ -201,7 +202,7 @@ StatusOr<AttentionResult> Mha(const ProjectionWeights& w, const TensorView& quer
     // Self-attention with a packed in_proj_weight: one [B*L, 3E] matmul.
     projected_qkv = Tensor::Uninitialized({batch * lq, 3 * e});
     RunLinear(xq, batch * lq, query.dim(-1), ldq_in, w.q.weight.f32(), 3 * e, w.q.weight.strides[0],
-              w.q.bias ? w.q.bias->f32() : nullptr, projected_qkv.data.data(), 3 * e);
+              w.q.bias ? w.q.bias->f32() : nullptr, projected_qkv.data.data(), 3 * e, p.threads);
     const float* base = projected_qkv.data.data();
     p.q = {base, {lq * 3 * e, dh, 3 * e, 1}};
     p.k = {base + e, {lk * 3 * e, dh, 3 * e, 1}};
@@ -212,10 +213,11 @@ StatusOr<AttentionResult> Mha(const ProjectionWeights& w, const TensorView& quer
     projected_q = Tensor::Uninitialized({batch * lq, e});
     projected_k = Tensor::Uninitialized({batch * lk, e});
     projected_v = Tensor::Uninitialized({batch * lk, ev});
-    auto project = [](const float* x, int64_t m, int64_t in, int64_t ldx, const LinearView& lin,
-                      Tensor* y) {
+    auto project = [&p](const float* x, int64_t m, int64_t in, int64_t ldx, const LinearView& lin,
+                        Tensor* y) {
       RunLinear(x, m, in, ldx, lin.weight.f32(), lin.weight.shape[0], lin.weight.strides[0],
-                lin.bias ? lin.bias->f32() : nullptr, y->data.data(), lin.weight.shape[0]);
+                lin.bias ? lin.bias->f32() : nullptr, y->data.data(), lin.weight.shape[0],
+                p.threads);
     };
     project(xq, batch * lq, query.dim(-1), ldq_in, w.q, &projected_q);
     project(xk, batch * lk, key.dim(-1), ldk_in, w.k, &projected_k);
@@ -241,7 +243,7 @@ StatusOr<AttentionResult> Mha(const ProjectionWeights& w, const TensorView& quer
     result.output = Tensor::Uninitialized({batch * lq, eo});
     RunLinear(attended.data.data(), batch * lq, ev, ev, w.out->weight.f32(), eo,
               w.out->weight.strides[0], w.out->bias ? w.out->bias->f32() : nullptr,
-              result.output.data.data(), eo);
+              result.output.data.data(), eo, p.threads);
   } else {
     result.output = std::move(attended);
   }

@@ -52,6 +52,7 @@ StatusOr<AttentionResult> Sdpa(const TensorView& q, const TensorView& k, const T
   p.heads = rank == 4 ? q.shape[1] : 1;
   p.lq = q.dim(-2), p.lk = k.dim(-2), p.d = d, p.dv = v.dim(-1);
   p.scale = *scale;
+  p.threads = opt.num_threads;
   auto set_strides = [rank](const TensorView& t, internal::Strided4D* s) {
     s->data = t.f32();
     s->stride[0] = rank >= 3 ? t.strides[0] : 0;

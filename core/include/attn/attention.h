@@ -38,6 +38,9 @@ struct ScaledDotProductAttentionOptions {
   bool need_weights = false;
   // Polled between blocks; when it becomes true the call returns CANCELLED.
   const std::atomic<bool>* cancelled = nullptr;
+  // Compute threads for this call; 0 means ComputeThreads(). A server that
+  // runs several calls at once gives each a share of the CPUs.
+  int num_threads = 0;
 };
 
 // softmax(Q K^T * scale + mask) V.
@@ -73,6 +76,7 @@ struct MultiHeadAttentionOptions {
   // false: per head [B, H, Lq, Lk].
   bool average_weights = true;
   const std::atomic<bool>* cancelled = nullptr;
+  int num_threads = 0;  // 0 means ComputeThreads()
 };
 
 // nn.MultiheadAttention(batch_first=True) inference semantics, and the seed's

@@ -9,6 +9,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "attn/attention.h"
 #include "attn/status.h"
@@ -77,5 +78,14 @@ class AttentionModel {
   std::map<std::string, Tensor> tensors_;  // node-based: views stay valid on move
   ProjectionWeights projections_;
 };
+
+// The built-in demo models, served when no model directory is given, one or
+// more per kind, with deterministic weights (nn.Linear-style uniform
+// initialisation from a fixed-seed generator, the same on every machine):
+//   demo-attention        attention,            E = 64
+//   demo-cross-attention  cross_attention,      E = 64
+//   demo-mha              multi_head_attention, E = 512, 8 heads
+//   demo-mha-small        multi_head_attention, E = 64,  4 heads
+std::vector<AttentionModel> BuiltinDemoModels();
 
 }  // namespace attn
