@@ -2,7 +2,8 @@
 # missing ones. Sourced by tests/run.sh (and deploy/run.sh).
 
 # libdnnl-dev's CMake config needs OpenCL (Debian builds oneDNN with it).
-BUILD_PACKAGES=(g++ make cmake libdnnl-dev ocl-icd-opencl-dev)
+BUILD_PACKAGES=(g++ make cmake libdnnl-dev ocl-icd-opencl-dev
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libspdlog-dev)
 TEST_PACKAGES=(libgtest-dev libbenchmark-dev)
 
 # ensure_packages PKG...: apt-get installs the packages that are not

@@ -215,6 +215,27 @@ TEST(Mha, UnbatchedMatchesBatchOfOne) {
   EXPECT_EQ(r->weights->data, batched->weights->data);
 }
 
+TEST(MhaCost, EstimateCountsProjectionsAttentionAndBuffers) {
+  // b, lq, lk, eq, ek, ev_in, e, ev, eo, heads
+  MhaFixture f(
+      {2, 5, 7, 16, 12, 10, 16, 8, 6, 4, true, true, false, false, false, false, true, true});
+  MultiHeadAttentionOptions opt;
+  opt.num_heads = 4;
+  opt.need_weights = true;
+  const TensorView x = TensorView::Dense(f.x.data(), {2, 5, 16});
+  const TensorView k = TensorView::Dense(f.key.data(), {2, 7, 12});
+  const TensorView v = TensorView::Dense(f.value.data(), {2, 7, 10});
+  auto c = EstimateMultiHeadAttention(f.pw, x, k, v, opt);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->work, 2.0 * 4 * 5 * 7 * 4);  // B*H*Lq*Lk*Dh, Dh = 16/4
+  const double proj = 2.0 * 2 * (5 * 16 * 16 + 7 * 12 * 16 + 7 * 10 * 8 + 5 * 8 * 6);
+  const double att = 2.0 * 2 * 4 * 5 * 7 * (4 + 2);
+  EXPECT_EQ(c->flops, proj + att);
+  EXPECT_EQ(c->result_bytes, 4.0 * (2 * 5 * 6 + 2 * 5 * 7));  // output + averaged weights
+  opt.num_heads = 3;
+  ExpectInvalid(EstimateMultiHeadAttention(f.pw, x, k, v, opt), "num_heads: must divide");
+}
+
 TEST(MhaErrors, MessagesNameTheField) {
   MhaFixture f(
       {2, 5, 5, 16, 12, 10, 16, 16, 16, 4, true, true, false, false, false, false, false, true});

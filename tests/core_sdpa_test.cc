@@ -375,6 +375,23 @@ TEST(SdpaErrors, ShapeMismatchesNameTheInput) {
   }
 }
 
+TEST(SdpaCost, EstimateValidatesAndCounts) {
+  std::vector<float> buf(2 * 3 * 7 * 8, 0.5f);
+  const TensorView q = TensorView::Dense(buf.data(), {2, 3, 5, 8});
+  const TensorView k = TensorView::Dense(buf.data(), {2, 3, 7, 8});
+  const TensorView v = TensorView::Dense(buf.data(), {2, 3, 7, 4});
+  ScaledDotProductAttentionOptions opt;
+  opt.need_weights = true;
+  auto c = EstimateScaledDotProductAttention(q, k, v, opt);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->work, 2 * 3 * 5 * 7 * 8);                              // B*H*Lq*Lk*D
+  EXPECT_EQ(c->flops, 2.0 * 2 * 3 * 5 * 7 * (8 + 4));                 // QK^T and PV
+  EXPECT_EQ(c->result_bytes, 4.0 * (2 * 3 * 5 * 4 + 2 * 3 * 5 * 7));  // output + weights
+  // The same validation as the call itself.
+  ExpectInvalid(EstimateScaledDotProductAttention(q, v, v),
+                "key: last dim must equal query's (8), got 4");
+}
+
 TEST(SdpaErrors, OverflowingShapeIsRefusedBeforeAllocating) {
   std::vector<float> buf(16, 0.5f);
   const int64_t huge = int64_t{1} << 40;

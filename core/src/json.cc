@@ -1,10 +1,10 @@
-#include "json.h"
+#include "attn/json.h"
 
 #include <cerrno>
 #include <cstdlib>
 #include <limits>
 
-namespace attn::internal {
+namespace attn {
 namespace {
 
 constexpr int kMaxDepth = 64;
@@ -223,4 +223,4 @@ StatusOr<JsonValue> ParseJson(std::string_view text) {
   return v;
 }
 
-}  // namespace attn::internal
+}  // namespace attn

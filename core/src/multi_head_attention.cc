@@ -113,9 +113,18 @@ bool PackedInProjection(const ProjectionWeights& w) {
   return rows_follow(w.q, w.k) && rows_follow(w.k, w.v);
 }
 
-StatusOr<AttentionResult> Mha(const ProjectionWeights& w, const TensorView& query,
-                              const TensorView& key, const TensorView& value,
-                              const MultiHeadAttentionOptions& opt) {
+// Everything MultiHeadAttention decides before touching data: validation,
+// dims, the blocked kernel's problem (without pointers) and the cost.
+struct MhaPlan {
+  internal::AttentionProblem p;
+  bool unbatched = false;
+  int64_t e = 0, ev = 0, eo = 0;
+  AttentionCost cost;
+};
+
+StatusOr<MhaPlan> PlanMha(const ProjectionWeights& w, const TensorView& query,
+                          const TensorView& key, const TensorView& value,
+                          const MultiHeadAttentionOptions& opt) {
   ATTN_RETURN_IF_ERROR(internal::ValidateFloatView(query, "query", 2, 3));
   ATTN_RETURN_IF_ERROR(internal::ValidateFloatView(key, "key", 2, 3));
   ATTN_RETURN_IF_ERROR(internal::ValidateFloatView(value, "value", 2, 3));
@@ -186,13 +195,43 @@ StatusOr<AttentionResult> Mha(const ProjectionWeights& w, const TensorView& quer
   p.scale = *scale;
   p.threads = opt.num_threads > 0 ? opt.num_threads : ComputeThreads();
   ATTN_RETURN_IF_ERROR(internal::ResolveMasks(opt.masks, unbatched, &p));
-  // Every buffer below is at most a product of these checked shapes.
+  // Every buffer is at most a product of these checked shapes.
   const int64_t eo = w.out.has_value() ? w.out->weight.shape[0] : ev;
   for (const Shape& s : {Shape{batch, lq, 3 * std::max(e, ev)}, Shape{batch, lk, e + ev},
                          Shape{batch, lq, eo}, Shape{batch, h, lq, lk}}) {
     auto n = CheckedNumElements(s, "attention buffers");
     if (!n.ok()) return n.status();
   }
+
+  MhaPlan plan;
+  plan.p = p;
+  plan.unbatched = unbatched;
+  plan.e = e, plan.ev = ev, plan.eo = eo;
+  const double b = static_cast<double>(batch), hq = static_cast<double>(h),
+               dq = static_cast<double>(lq), dk = static_cast<double>(lk);
+  const double weights_elems = opt.need_weights ? b * hq * dq * dk : 0.0;
+  plan.cost.work = b * hq * dq * dk * static_cast<double>(dh);
+  plan.cost.flops = 2.0 * b *
+                        (dq * static_cast<double>(query.dim(-1) * e) +
+                         dk * static_cast<double>(key.dim(-1) * e + value.dim(-1) * ev) +
+                         (w.out ? dq * static_cast<double>(ev * eo) : 0.0)) +
+                    2.0 * plan.cost.work + 2.0 * b * hq * dq * dk * static_cast<double>(dvh);
+  plan.cost.result_bytes = 4.0 * (b * dq * static_cast<double>(eo) +
+                                  (opt.average_weights ? weights_elems / hq : weights_elems));
+  plan.cost.scratch_bytes = 4.0 * (b * dq * static_cast<double>(e + ev) +
+                                   b * dk * static_cast<double>(e + ev) + weights_elems);
+  return plan;
+}
+
+StatusOr<AttentionResult> Mha(const ProjectionWeights& w, const TensorView& query,
+                              const TensorView& key, const TensorView& value,
+                              const MultiHeadAttentionOptions& opt) {
+  auto planned = PlanMha(w, query, key, value, opt);
+  if (!planned.ok()) return planned.status();
+  internal::AttentionProblem p = planned->p;
+  const bool unbatched = planned->unbatched;
+  const int64_t e = planned->e, ev = planned->ev, eo = planned->eo;
+  const int64_t batch = p.batch, h = p.heads, lq = p.lq, lk = p.lk, dh = p.d, dvh = p.dv;
 
   // Projections.
   Tensor q_storage, k_storage, v_storage, projected_qkv, projected_q, projected_k, projected_v;
@@ -286,6 +325,15 @@ StatusOr<AttentionResult> MultiHeadAttention(const ProjectionWeights& weights,
   } catch (const std::exception& e) {
     return Status::Internal(std::string("multi-head attention: ") + e.what());
   }
+}
+
+StatusOr<AttentionCost> EstimateMultiHeadAttention(const ProjectionWeights& weights,
+                                                   const TensorView& query, const TensorView& key,
+                                                   const TensorView& value,
+                                                   const MultiHeadAttentionOptions& options) {
+  auto plan = PlanMha(weights, query, key, value, options);
+  if (!plan.ok()) return plan.status();
+  return plan->cost;
 }
 
 const char* OneDnnIsaName() {

@@ -8,8 +8,8 @@
 #include <limits>
 #include <sstream>
 
+#include "attn/json.h"
 #include "attn/model.h"
-#include "json.h"
 
 namespace attn {
 namespace {
@@ -38,9 +38,9 @@ StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, const std::st
     return Bad(source, "truncated: header length " + std::to_string(header_len) + " exceeds the " +
                            std::to_string(bytes.size() - 8) + " bytes after the length");
   }
-  auto header = internal::ParseJson(bytes.substr(8, header_len));
+  auto header = ParseJson(bytes.substr(8, header_len));
   if (!header.ok()) return Bad(source, "malformed header: " + header.status().message());
-  if (header->type != internal::JsonValue::Type::kObject) {
+  if (header->type != JsonValue::Type::kObject) {
     return Bad(source, "malformed header: not a JSON object");
   }
   const std::string_view data = bytes.substr(8 + header_len);
@@ -49,11 +49,11 @@ StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, const std::st
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (const auto& [name, entry] : header->object) {
     if (name == "__metadata__") {
-      if (entry.type != internal::JsonValue::Type::kObject) {
+      if (entry.type != JsonValue::Type::kObject) {
         return Bad(source, "__metadata__ must be an object of strings");
       }
       for (const auto& [key, value] : entry.object) {
-        if (value.type != internal::JsonValue::Type::kString) {
+        if (value.type != JsonValue::Type::kString) {
           return Bad(source, "__metadata__ '" + key + "' must be a string");
         }
         file.metadata[key] = value.string;
@@ -61,25 +61,25 @@ StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, const std::st
       continue;
     }
     const std::string where = "tensor '" + name + "'";
-    if (entry.type != internal::JsonValue::Type::kObject) {
+    if (entry.type != JsonValue::Type::kObject) {
       return Bad(source, where + ": entry must be an object");
     }
     if (file.tensors.count(name)) return Bad(source, where + ": appears twice");
     const auto* dtype = entry.Find("dtype");
     const auto* shape = entry.Find("shape");
     const auto* offsets = entry.Find("data_offsets");
-    if (!dtype || dtype->type != internal::JsonValue::Type::kString) {
+    if (!dtype || dtype->type != JsonValue::Type::kString) {
       return Bad(source, where + ": missing dtype");
     }
     if (dtype->string != "F32") {
       return Bad(source, where + ": dtype must be F32, got " + dtype->string);
     }
-    if (!shape || shape->type != internal::JsonValue::Type::kArray) {
+    if (!shape || shape->type != JsonValue::Type::kArray) {
       return Bad(source, where + ": missing shape");
     }
     Shape dims;
     for (const auto& d : shape->array) {
-      if (d.type != internal::JsonValue::Type::kNumber || !d.is_integer || d.integer < 0) {
+      if (d.type != JsonValue::Type::kNumber || !d.is_integer || d.integer < 0) {
         return Bad(source, where + ": shape must hold non-negative integers");
       }
       dims.push_back(d.integer);
@@ -88,12 +88,11 @@ StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, const std::st
     if (!numel.ok() || *numel > std::numeric_limits<int64_t>::max() / 4) {
       return Bad(source, where + ": shape " + ShapeToString(dims) + " is too large");
     }
-    if (!offsets || offsets->type != internal::JsonValue::Type::kArray ||
-        offsets->array.size() != 2) {
+    if (!offsets || offsets->type != JsonValue::Type::kArray || offsets->array.size() != 2) {
       return Bad(source, where + ": data_offsets must be [begin, end]");
     }
     for (const auto& o : offsets->array) {
-      if (o.type != internal::JsonValue::Type::kNumber || !o.is_integer || o.integer < 0) {
+      if (o.type != JsonValue::Type::kNumber || !o.is_integer || o.integer < 0) {
         return Bad(source, where + ": data_offsets must be non-negative integers");
       }
     }

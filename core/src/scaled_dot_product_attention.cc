@@ -12,8 +12,14 @@ const char* LeadingDimName(int rank, int i) {
   return "batch";
 }
 
-StatusOr<AttentionResult> Sdpa(const TensorView& q, const TensorView& k, const TensorView& v,
-                               const ScaledDotProductAttentionOptions& opt) {
+struct SdpaPlan {
+  internal::AttentionProblem p;  // without the output pointers
+  Shape out_shape, weights_shape;
+  AttentionCost cost;
+};
+
+StatusOr<SdpaPlan> PlanSdpa(const TensorView& q, const TensorView& k, const TensorView& v,
+                            const ScaledDotProductAttentionOptions& opt) {
   ATTN_RETURN_IF_ERROR(internal::ValidateFloatView(q, "query", 2, 4));
   ATTN_RETURN_IF_ERROR(internal::ValidateFloatView(k, "key", 2, 4));
   ATTN_RETURN_IF_ERROR(internal::ValidateFloatView(v, "value", 2, 4));
@@ -74,12 +80,29 @@ StatusOr<AttentionResult> Sdpa(const TensorView& q, const TensorView& k, const T
     if (!w_n.ok()) return w_n.status();
   }
 
+  SdpaPlan plan;
+  plan.p = p;
+  plan.out_shape = std::move(out_shape);
+  plan.weights_shape = std::move(w_shape);
+  const double pairs = static_cast<double>(p.batch * p.heads) * static_cast<double>(p.lq) *
+                       static_cast<double>(p.lk);
+  plan.cost.work = pairs * static_cast<double>(p.d);
+  plan.cost.flops = 2.0 * pairs * static_cast<double>(p.d + p.dv);
+  plan.cost.result_bytes = 4.0 * (static_cast<double>(*out_n) + (opt.need_weights ? pairs : 0.0));
+  return plan;
+}
+
+StatusOr<AttentionResult> Sdpa(const TensorView& q, const TensorView& k, const TensorView& v,
+                               const ScaledDotProductAttentionOptions& opt) {
+  auto plan = PlanSdpa(q, k, v, opt);
+  if (!plan.ok()) return plan.status();
+  internal::AttentionProblem& p = plan->p;
   AttentionResult result;
-  result.output = Tensor::Uninitialized(out_shape);  // the kernel writes every row
+  result.output = Tensor::Uninitialized(plan->out_shape);  // the kernel writes every row
   p.out = result.output.data.data();
   p.out_stride[0] = p.heads * p.lq * p.dv, p.out_stride[1] = p.lq * p.dv, p.out_stride[2] = p.dv;
   if (opt.need_weights) {
-    result.weights = Tensor(w_shape);
+    result.weights = Tensor(plan->weights_shape);
     p.weights = result.weights->data.data();
   }
   ATTN_RETURN_IF_ERROR(internal::RunBlockedAttention(p, opt.cancelled));
@@ -100,6 +123,14 @@ StatusOr<AttentionResult> ScaledDotProductAttention(
   } catch (const std::exception& e) {
     return Status::Internal(std::string("attention: ") + e.what());
   }
+}
+
+StatusOr<AttentionCost> EstimateScaledDotProductAttention(
+    const TensorView& query, const TensorView& key, const TensorView& value,
+    const ScaledDotProductAttentionOptions& options) {
+  auto plan = PlanSdpa(query, key, value, options);
+  if (!plan.ok()) return plan.status();
+  return plan->cost;
 }
 
 }  // namespace attn

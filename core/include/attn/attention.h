@@ -27,6 +27,15 @@ struct AttentionMasks {
   std::optional<TensorView> attn_bias;
 };
 
+// What a call will cost, from the shapes alone. Doubles, so that a hostile
+// shape cannot overflow them.
+struct AttentionCost {
+  double flops = 0;          // of all the matmuls, projections included
+  double work = 0;           // B * H * Lq * Lk * D
+  double result_bytes = 0;   // the output, and the weights when requested
+  double scratch_bytes = 0;  // intermediates (projections, per-head weights)
+};
+
 struct AttentionResult {
   Tensor output;                  // [.., Lq, Dv]
   std::optional<Tensor> weights;  // [.., Lq, Lk], present when requested
@@ -88,6 +97,16 @@ StatusOr<AttentionResult> MultiHeadAttention(const ProjectionWeights& weights,
                                              const TensorView& query, const TensorView& key,
                                              const TensorView& value,
                                              const MultiHeadAttentionOptions& options = {});
+
+// Validate exactly as the calls above do, and return the cost without
+// computing anything. A server checks its request limits with these.
+StatusOr<AttentionCost> EstimateScaledDotProductAttention(
+    const TensorView& query, const TensorView& key, const TensorView& value,
+    const ScaledDotProductAttentionOptions& options = {});
+StatusOr<AttentionCost> EstimateMultiHeadAttention(const ProjectionWeights& weights,
+                                                   const TensorView& query, const TensorView& key,
+                                                   const TensorView& value,
+                                                   const MultiHeadAttentionOptions& options = {});
 
 // Name of the oneDNN CPU ISA in use, e.g. "avx512_core", for start-up logs.
 const char* OneDnnIsaName();

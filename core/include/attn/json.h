@@ -1,4 +1,4 @@
-// A strict, minimal JSON reader for safetensors headers. Internal to core.
+// A strict, minimal JSON reader (safetensors headers, client inputs).
 // Bounded nesting depth, no exceptions, never reads past the input.
 #pragma once
 
@@ -10,7 +10,7 @@
 
 #include "attn/status.h"
 
-namespace attn::internal {
+namespace attn {
 
 struct JsonValue {
   enum class Type { kNull, kBool, kNumber, kString, kArray, kObject };
@@ -31,4 +31,4 @@ struct JsonValue {
 // what was wrong and at which byte offset.
 StatusOr<JsonValue> ParseJson(std::string_view text);
 
-}  // namespace attn::internal
+}  // namespace attn
