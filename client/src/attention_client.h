@@ -1,0 +1,52 @@
+// A small client for attention.v1.AttentionService and grpc.health.v1.Health,
+// shared by the attention-client tool and the tests.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "attention/v1/attention.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+
+namespace attn::client {
+
+struct ChannelOptions {
+  int max_message_mb = 64;  // both directions; the server's default limit
+};
+
+// A channel to `target` ("host:port"), plaintext.
+std::shared_ptr<grpc::Channel> Connect(const std::string& target,
+                                       const ChannelOptions& options = {});
+
+class AttentionClient {
+ public:
+  explicit AttentionClient(std::shared_ptr<grpc::Channel> channel);
+
+  // Each call waits at most `timeout` (0: no deadline).
+  grpc::Status Attention(const attention::v1::AttentionRequest& req,
+                         attention::v1::AttentionResponse* resp,
+                         std::chrono::milliseconds timeout = {});
+  grpc::Status CrossAttention(const attention::v1::CrossAttentionRequest& req,
+                              attention::v1::AttentionResponse* resp,
+                              std::chrono::milliseconds timeout = {});
+  grpc::Status MultiHeadAttention(const attention::v1::MultiHeadAttentionRequest& req,
+                                  attention::v1::AttentionResponse* resp,
+                                  std::chrono::milliseconds timeout = {});
+  grpc::Status ListModels(attention::v1::ListModelsResponse* resp,
+                          std::chrono::milliseconds timeout = {});
+  // grpc.health.v1.Health/Check for `service` ("" is the whole server);
+  // *status is "SERVING", "NOT_SERVING", ...
+  grpc::Status Health(const std::string& service, std::string* status,
+                      std::chrono::milliseconds timeout = {});
+
+  attention::v1::AttentionService::Stub& stub() { return *stub_; }
+
+ private:
+  std::unique_ptr<attention::v1::AttentionService::Stub> stub_;
+  std::unique_ptr<grpc::health::v1::Health::Stub> health_;
+};
+
+}  // namespace attn::client

@@ -1,0 +1,115 @@
+#include "attention_server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <spdlog/spdlog.h>
+
+#include <vector>
+
+#include "attn/attention.h"
+#include "attn/threading.h"
+
+namespace attn::server {
+namespace {
+
+constexpr const char* kServiceName = "attention.v1.AttentionService";
+
+// One small call per model, so that the first real request does not pay for
+// oneDNN's kernel generation and the model is known to run.
+Status WarmUp(const ModelRegistry& models, int threads) {
+  for (const AttentionModel* m : models.All()) {
+    const ModelInfo& info = m->info();
+    const int64_t l = 8;
+    std::vector<float> q(l * info.embed_dim, 0.1f), k(l * info.kdim, 0.1f),
+        v(l * info.vdim, 0.1f);
+    MultiHeadAttentionOptions opt;
+    opt.num_heads = info.num_heads;
+    opt.num_threads = threads;
+    auto r = MultiHeadAttention(m->projections(), TensorView::Dense(q.data(), {1, l, info.embed_dim}),
+                                TensorView::Dense(k.data(), {1, l, info.kdim}),
+                                TensorView::Dense(v.data(), {1, l, info.vdim}), opt);
+    if (!r.ok()) {
+      return Status(r.status().code(), "warm-up of model '" + info.name + "' failed: " +
+                                           r.status().message());
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerConfig& config) {
+  std::unique_ptr<AttentionServer> s(new AttentionServer());
+  s->config_ = config;
+  if (config.model_dir.empty()) {
+    s->models_ = std::make_unique<ModelRegistry>(ModelRegistry::Demo());
+  } else {
+    auto loaded = ModelRegistry::FromDirectory(config.model_dir);
+    if (!loaded.ok()) return loaded.status();
+    s->models_ = std::make_unique<ModelRegistry>(std::move(*loaded));
+  }
+  const int threads = config.threads > 0 ? config.threads : AvailableCpus();
+  SetComputeThreads(threads);
+  s->scheduler_ = std::make_unique<ComputeScheduler>(threads, config.max_queue);
+  s->service_ =
+      std::make_unique<AttentionServiceImpl>(s->models_.get(), s->scheduler_.get(), config.limits);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  const std::string address = config.host + ":" + std::to_string(config.port);
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &s->port_);
+  builder.RegisterService(s->service_.get());
+  builder.SetMaxReceiveMessageSize(static_cast<int>(config.limits.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(config.limits.max_message_bytes));
+  s->server_ = builder.BuildAndStart();
+  if (!s->server_ || s->port_ == 0) {
+    return Status(StatusCode::kFailedPrecondition,
+                  "cannot listen on " + address + " (in use, or a bad address?)");
+  }
+  s->SetServing(false);
+  const auto t0 = std::chrono::steady_clock::now();
+  ATTN_RETURN_IF_ERROR(WarmUp(*s->models_, threads));
+  spdlog::info("listening on {}:{}; compute threads {} (CPUs this process may use: {}); "
+               "oneDNN ISA {}; softmax kernels {}",
+               config.host, s->port_, threads, AvailableCpus(), OneDnnIsaName(),
+               UsingAvx512Kernels() ? "avx512" : "portable");
+  for (const AttentionModel* m : s->models_->All()) {
+    const ModelInfo& i = m->info();
+    spdlog::info("model {}: kind={} embed_dim={} num_heads={} kdim={} vdim={}", i.name,
+                 ModelKindName(i.kind), i.embed_dim, i.num_heads, i.kdim, i.vdim);
+  }
+  spdlog::info("{} models warmed up in {:.0f} ms; SERVING", s->models_->All().size(),
+               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                   .count());
+  s->SetServing(true);
+  return s;
+}
+
+AttentionServer::~AttentionServer() { Shutdown(std::chrono::milliseconds(0)); }
+
+std::shared_ptr<grpc::Channel> AttentionServer::InProcessChannel() {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(static_cast<int>(config_.limits.max_message_bytes));
+  args.SetMaxSendMessageSize(static_cast<int>(config_.limits.max_message_bytes));
+  return server_->InProcessChannel(args);
+}
+
+void AttentionServer::SetServing(bool serving) {
+  if (auto* health = server_->GetHealthCheckService()) {
+    health->SetServingStatus("", serving);
+    health->SetServingStatus(kServiceName, serving);
+  }
+}
+
+void AttentionServer::Shutdown(std::chrono::milliseconds grace) {
+  if (shut_down_ || !server_) return;
+  shut_down_ = true;
+  SetServing(false);
+  server_->Shutdown(std::chrono::system_clock::now() + grace);
+  server_->Wait();
+}
+
+void AttentionServer::Wait() { server_->Wait(); }
+
+}  // namespace attn::server

@@ -1,0 +1,53 @@
+// A running attention-server: models, compute scheduler, the gRPC server with
+// AttentionService, grpc.health.v1 and server reflection. Used by main() and,
+// in-process, by the tests.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "attention_service.h"
+#include "attn/status.h"
+#include "compute_scheduler.h"
+#include "model_registry.h"
+#include "server_config.h"
+
+namespace attn::server {
+
+class AttentionServer {
+ public:
+  // Loads the models (the demo set without a model dir), starts listening
+  // with health NOT_SERVING, warms every model up, then reports SERVING.
+  // Fails with the reason (bad model file, port in use, ...).
+  static StatusOr<std::unique_ptr<AttentionServer>> Start(const ServerConfig& config);
+  ~AttentionServer();
+
+  int port() const { return port_; }
+  const ModelRegistry& models() const { return *models_; }
+  int compute_threads() const { return scheduler_->cpus(); }
+  // A channel to this server that bypasses the network.
+  std::shared_ptr<grpc::Channel> InProcessChannel();
+  // Health for "" and "attention.v1.AttentionService".
+  void SetServing(bool serving);
+  // Stops accepting calls and waits for those in flight, cancelling any still
+  // running after `grace`. Idempotent.
+  void Shutdown(std::chrono::milliseconds grace);
+  // Blocks until the server has shut down.
+  void Wait();
+
+ private:
+  AttentionServer() = default;
+
+  ServerConfig config_;
+  std::unique_ptr<ModelRegistry> models_;
+  std::unique_ptr<ComputeScheduler> scheduler_;
+  std::unique_ptr<AttentionServiceImpl> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  bool shut_down_ = false;
+};
+
+}  // namespace attn::server

@@ -1,0 +1,114 @@
+#include "attention_service.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <exception>
+#include <memory>
+
+#include "request_adapter.h"
+#include "status_mapping.h"
+
+namespace attn::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double MillisSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+void LogCall(const char* rpc, grpc::CallbackServerContext* ctx, const PreparedCall& call,
+             const Status& st, Clock::time_point start) {
+  const double ms = MillisSince(start);
+  if (st.ok()) {
+    spdlog::debug("rpc={} model={} shapes=\"{}\" code=OK latency_ms={:.3f} peer={}", rpc,
+                  call.model.empty() ? "-" : call.model, call.shapes, ms, ctx->peer());
+  } else {
+    spdlog::warn("rpc={} model={} shapes=\"{}\" code={} latency_ms={:.3f} peer={} reason=\"{}\"",
+                 rpc, call.model.empty() ? "-" : call.model, call.shapes,
+                 StatusCodeName(st.code()), ms, ctx->peer(), st.message());
+  }
+}
+
+}  // namespace
+
+AttentionServiceImpl::AttentionServiceImpl(const ModelRegistry* models,
+                                           ComputeScheduler* scheduler, RequestLimits limits)
+    : models_(models), scheduler_(scheduler), limits_(limits) {}
+
+template <typename Request, typename Prepare>
+grpc::ServerUnaryReactor* AttentionServiceImpl::Handle(const char* rpc,
+                                                       grpc::CallbackServerContext* ctx,
+                                                       const Request* req,
+                                                       attention::v1::AttentionResponse* resp,
+                                                       Prepare prepare) {
+  const auto start = Clock::now();
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  auto call = std::make_shared<PreparedCall>();
+  Status st = prepare(*req, *models_, limits_, call.get());
+  if (!st.ok()) {
+    LogCall(rpc, ctx, *call, st, start);
+    reactor->Finish(ToGrpcStatus(st));
+    return reactor;
+  }
+  const int threads = call->cost.flops < kParallelFlops ? 1 : scheduler_->cpus();
+  const RequestLimits limits = limits_;
+  const bool queued = scheduler_->Submit(
+      threads, [rpc, ctx, reactor, resp, call, limits, start](int granted) {
+        Status result;
+        try {
+          auto out = call->compute(granted);
+          result = out.ok() ? EncodeResponse(*out, call->encoding, limits, resp) : out.status();
+        } catch (const std::exception& e) {  // core throws nothing; this is a last guard
+          result = Status::Internal(std::string("unexpected error: ") + e.what());
+        }
+        LogCall(rpc, ctx, *call, result, start);
+        reactor->Finish(ToGrpcStatus(result));
+      });
+  if (!queued) {
+    st = Status::ResourceExhausted("server: the compute queue is full; retry later");
+    LogCall(rpc, ctx, *call, st, start);
+    reactor->Finish(ToGrpcStatus(st));
+  }
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AttentionServiceImpl::Attention(
+    grpc::CallbackServerContext* ctx, const attention::v1::AttentionRequest* req,
+    attention::v1::AttentionResponse* resp) {
+  return Handle("Attention", ctx, req, resp, PrepareAttention);
+}
+
+grpc::ServerUnaryReactor* AttentionServiceImpl::CrossAttention(
+    grpc::CallbackServerContext* ctx, const attention::v1::CrossAttentionRequest* req,
+    attention::v1::AttentionResponse* resp) {
+  return Handle("CrossAttention", ctx, req, resp, PrepareCrossAttention);
+}
+
+grpc::ServerUnaryReactor* AttentionServiceImpl::MultiHeadAttention(
+    grpc::CallbackServerContext* ctx, const attention::v1::MultiHeadAttentionRequest* req,
+    attention::v1::AttentionResponse* resp) {
+  return Handle("MultiHeadAttention", ctx, req, resp, PrepareMultiHeadAttention);
+}
+
+grpc::ServerUnaryReactor* AttentionServiceImpl::ListModels(
+    grpc::CallbackServerContext* ctx, const attention::v1::ListModelsRequest* /*req*/,
+    attention::v1::ListModelsResponse* resp) {
+  for (const AttentionModel* m : models_->All()) {
+    const ModelInfo& info = m->info();
+    auto* out = resp->add_models();
+    out->set_name(info.name);
+    out->set_kind(ModelKindName(info.kind));
+    out->set_embed_dim(info.embed_dim);
+    out->set_num_heads(info.num_heads);
+    out->set_kdim(info.kdim);
+    out->set_vdim(info.vdim);
+  }
+  spdlog::debug("rpc=ListModels models={} code=OK peer={}", resp->models_size(), ctx->peer());
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace attn::server

@@ -1,0 +1,69 @@
+#include "compute_scheduler.h"
+
+#include <algorithm>
+
+namespace attn::server {
+
+ComputeScheduler::ComputeScheduler(int cpus, int max_queue)
+    : cpus_(std::max(cpus, 1)), max_queue_(std::max(max_queue, 0)), free_tokens_(cpus_) {
+  workers_.reserve(cpus_);
+  for (int i = 0; i < cpus_; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+}
+
+ComputeScheduler::~ComputeScheduler() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (auto& w : workers_) w.join();
+}
+
+bool ComputeScheduler::Submit(int threads, std::function<void(int)> job) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (static_cast<int>(queue_.size()) >= max_queue_ || stopping_) return false;
+    queue_.push_back({std::clamp(threads, 1, cpus_), std::move(job)});
+  }
+  cv_.notify_all();
+  return true;
+}
+
+int ComputeScheduler::queued() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(queue_.size());
+}
+
+int ComputeScheduler::running() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return running_;
+}
+
+void ComputeScheduler::WorkerLoop() {
+  while (true) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      // FIFO: only the front job may start, when its tokens are free.
+      cv_.wait(lock, [this] {
+        return (!queue_.empty() && queue_.front().threads <= free_tokens_) ||
+               (stopping_ && queue_.empty());
+      });
+      if (queue_.empty()) return;  // stopping, nothing left
+      job = std::move(queue_.front());
+      queue_.pop_front();
+      free_tokens_ -= job.threads;
+      ++running_;
+    }
+    cv_.notify_all();  // the next job may fit in the remaining tokens
+    job.run(job.threads);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      free_tokens_ += job.threads;
+      --running_;
+    }
+    cv_.notify_all();
+  }
+}
+
+}  // namespace attn::server

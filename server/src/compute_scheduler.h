@@ -1,0 +1,56 @@
+// Runs compute jobs so that the threads computing never exceed the CPUs.
+//
+// The scheduler owns `cpus` CPU tokens and `cpus` worker threads. A job asks
+// for k tokens (1 for a small request, all of them for a large one) and runs
+// on a worker with an OpenMP team of k threads once k tokens are free.
+// Jobs start in FIFO order, so a large job is never starved by a stream of
+// small ones. gRPC's own threads only receive and answer calls.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace attn::server {
+
+class ComputeScheduler {
+ public:
+  // `cpus` >= 1 tokens and workers; at most `max_queue` jobs wait.
+  ComputeScheduler(int cpus, int max_queue);
+  ~ComputeScheduler();  // runs the queued jobs, then joins the workers
+  ComputeScheduler(const ComputeScheduler&) = delete;
+  ComputeScheduler& operator=(const ComputeScheduler&) = delete;
+
+  // Queues `job`, to be called with the thread count it was granted
+  // (min(threads, cpus)). Returns false, without queueing, when the queue is
+  // full. Thread-safe.
+  bool Submit(int threads, std::function<void(int threads)> job);
+
+  int cpus() const { return cpus_; }
+  // Jobs waiting, and jobs running (for metrics and tests).
+  int queued() const;
+  int running() const;
+
+ private:
+  struct Job {
+    int threads;
+    std::function<void(int)> run;
+  };
+  void WorkerLoop();
+
+  const int cpus_;
+  const int max_queue_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> queue_;
+  int free_tokens_;
+  int running_ = 0;
+  bool stopping_ = false;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace attn::server

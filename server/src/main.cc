@@ -1,0 +1,47 @@
+// attention-server: serves attention.v1.AttentionService. See --help.
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "attention_server.h"
+#include "server_config.h"
+
+int main(int argc, char** argv) {
+  bool help = false;
+  auto config = attn::server::ParseServerConfig(std::vector<std::string>(argv + 1, argv + argc),
+                                                std::getenv, &help);
+  if (help) {
+    std::fputs(attn::server::ServerUsage().c_str(), stdout);
+    return 0;
+  }
+  if (!config.ok()) {
+    std::fprintf(stderr, "attention-server: %s\n", config.status().message().c_str());
+    return 2;
+  }
+  spdlog::set_level(spdlog::level::from_str(config->log_level));
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+
+  // Signals are taken synchronously by this thread; every thread started
+  // from here on inherits the blocked mask.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+
+  auto server = attn::server::AttentionServer::Start(*config);
+  if (!server.ok()) {
+    spdlog::error("cannot start: {}", server.status().message());
+    return 1;
+  }
+  int sig = 0;
+  sigwait(&stop, &sig);
+  spdlog::info("received {}, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  (*server)->Shutdown(std::chrono::seconds(10));
+  spdlog::info("stopped");
+  return 0;
+}

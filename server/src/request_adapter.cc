@@ -1,0 +1,316 @@
+#include "request_adapter.h"
+
+#include <cstdio>
+#include <utility>
+
+namespace attn::server {
+namespace {
+
+using attention::v1::Projections;
+
+std::string Num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.4g", v);
+  return buf;
+}
+
+// Decodes `t` into the call's storage and returns its view.
+StatusOr<TensorView> Decode(const attention::v1::Tensor& t, const std::string& field,
+                            DataType dtype, const RequestLimits& limits, PreparedCall* call) {
+  call->tensors.emplace_back();
+  DecodedTensor& d = call->tensors.back();
+  ATTN_RETURN_IF_ERROR(DecodeTensor(t, field, dtype, limits.max_tensor_elements, &d));
+  if (!call->shapes.empty()) call->shapes += ' ';
+  call->shapes += field + ShapeToString(d.view.shape);
+  return d.view;
+}
+
+Status DecodeMasks(bool causal, bool has_kpm, const attention::v1::Tensor& kpm, bool has_bias,
+                   const attention::v1::Tensor& bias, const RequestLimits& limits,
+                   PreparedCall* call, AttentionMasks* masks) {
+  masks->causal = causal;
+  if (has_kpm) {
+    auto v = Decode(kpm, "key_padding_mask", DataType::kBool, limits, call);
+    if (!v.ok()) return v.status();
+    masks->key_padding_mask = *v;
+  }
+  if (has_bias) {
+    auto v = Decode(bias, "attn_bias", DataType::kFloat32, limits, call);
+    if (!v.ok()) return v.status();
+    masks->attn_bias = *v;
+  }
+  return Status::Ok();
+}
+
+// Projections from a named model or from the request (never both).
+struct ResolvedProjections {
+  bool present = false;
+  int64_t num_heads = 0;  // the model's; 0 for inline weights
+};
+
+Status ResolveProjections(const std::string& model, bool has_inline, const Projections& p,
+                          const ModelRegistry& models, const RequestLimits& limits,
+                          PreparedCall* call, ResolvedProjections* out) {
+  if (!model.empty() && has_inline) {
+    return Status::InvalidArgument("model and projections: set one, not both");
+  }
+  if (!model.empty()) {
+    const AttentionModel* m = models.Find(model);
+    if (m == nullptr) {
+      return Status::NotFound("model: no model named '" + model + "' (available: " +
+                              models.Names() + ")");
+    }
+    call->model = model;
+    call->projections = m->projections();
+    out->present = true;
+    out->num_heads = m->info().num_heads;
+    return Status::Ok();
+  }
+  if (!has_inline) return Status::Ok();
+  int64_t elements = 0;
+  auto linear = [&](bool has_w, const attention::v1::Tensor& w, bool has_b,
+                    const attention::v1::Tensor& b, const char* name, bool required,
+                    std::optional<LinearView>* dst) -> Status {
+    const std::string wf = std::string("projections.") + name + "_weight";
+    const std::string bf = std::string("projections.") + name + "_bias";
+    if (!has_w) {
+      if (has_b) return Status::InvalidArgument(bf + ": set without " + wf);
+      if (required) return Status::InvalidArgument(wf + ": required with inline projections");
+      return Status::Ok();
+    }
+    auto wv = Decode(w, wf, DataType::kFloat32, limits, call);
+    if (!wv.ok()) return wv.status();
+    LinearView lin{*wv, std::nullopt};
+    if (wv->rank() == 2) elements += wv->shape[0] * wv->shape[1];
+    if (has_b) {
+      auto bv = Decode(b, bf, DataType::kFloat32, limits, call);
+      if (!bv.ok()) return bv.status();
+      lin.bias = *bv;
+    }
+    *dst = lin;
+    return Status::Ok();
+  };
+  std::optional<LinearView> q, k, v, o;
+  ATTN_RETURN_IF_ERROR(linear(p.has_q_weight(), p.q_weight(), p.has_q_bias(), p.q_bias(), "q",
+                              true, &q));
+  ATTN_RETURN_IF_ERROR(linear(p.has_k_weight(), p.k_weight(), p.has_k_bias(), p.k_bias(), "k",
+                              true, &k));
+  ATTN_RETURN_IF_ERROR(linear(p.has_v_weight(), p.v_weight(), p.has_v_bias(), p.v_bias(), "v",
+                              true, &v));
+  ATTN_RETURN_IF_ERROR(linear(p.has_out_weight(), p.out_weight(), p.has_out_bias(),
+                              p.out_bias(), "out", false, &o));
+  // The weights are already in the message; the limit keeps a request from
+  // making the server multiply by an oversized weight set.
+  if (elements > limits.max_projection_elements) {
+    return Status::ResourceExhausted("projections: " + std::to_string(elements) +
+                                     " weight elements exceed the limit of " +
+                                     std::to_string(limits.max_projection_elements) +
+                                     " (--max-projection-elements)");
+  }
+  call->projections = {*q, *k, *v, o};
+  out->present = true;
+  return Status::Ok();
+}
+
+Status CheckLimits(const AttentionCost& c, const RequestLimits& l) {
+  if (c.work > l.max_attention_work) {
+    return Status::ResourceExhausted("request: attention work B*H*Lq*Lk*D = " + Num(c.work) +
+                                     " exceeds the limit of " + Num(l.max_attention_work) +
+                                     " (--max-attention-work)");
+  }
+  if (c.result_bytes > static_cast<double>(l.max_message_bytes)) {
+    return Status::ResourceExhausted("response: " + Num(c.result_bytes) +
+                                     " bytes would exceed the message limit of " +
+                                     std::to_string(l.max_message_bytes) +
+                                     " bytes (--max-message-mb)");
+  }
+  if (c.result_bytes + c.scratch_bytes > static_cast<double>(l.max_request_memory_bytes)) {
+    return Status::ResourceExhausted(
+        "request: needs " + Num((c.result_bytes + c.scratch_bytes) / (1 << 20)) +
+        " MiB of buffers, over the limit of " +
+        std::to_string(l.max_request_memory_bytes >> 20) + " MiB (--max-request-memory-mb)");
+  }
+  return Status::Ok();
+}
+
+// Plans a multi-head (or single-head, projected) call and checks its cost.
+Status PrepareMha(const TensorView& q, const TensorView& k, const TensorView& v,
+                  MultiHeadAttentionOptions opt, const RequestLimits& limits,
+                  PreparedCall* call) {
+  auto cost = EstimateMultiHeadAttention(call->projections, q, k, v, opt);
+  if (!cost.ok()) return cost.status();
+  ATTN_RETURN_IF_ERROR(CheckLimits(*cost, limits));
+  call->cost = *cost;
+  const ProjectionWeights* w = &call->projections;
+  call->compute = [w, q, k, v, opt](int threads) mutable {
+    opt.num_threads = threads;
+    return MultiHeadAttention(*w, q, k, v, opt);
+  };
+  return Status::Ok();
+}
+
+Status SingleHeadOnly(const ResolvedProjections& proj, const std::string& model,
+                      const char* rpc) {
+  if (proj.num_heads > 1) {
+    return Status::InvalidArgument("model: '" + model + "' has " +
+                                   std::to_string(proj.num_heads) + " heads; " + rpc +
+                                   " applies single-head weights, use MultiHeadAttention");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status PrepareAttention(const attention::v1::AttentionRequest& req, const ModelRegistry& models,
+                        const RequestLimits& limits, PreparedCall* call) {
+  if (!req.has_query()) return Status::InvalidArgument("query: required");
+  if (req.has_key() != req.has_value()) {
+    return Status::InvalidArgument(
+        "key and value: set both or neither (query alone is self-attention), got only " +
+        std::string(req.has_key() ? "key" : "value"));
+  }
+  auto q = Decode(req.query(), "query", DataType::kFloat32, limits, call);
+  if (!q.ok()) return q.status();
+  call->encoding = call->tensors.back().encoding;
+  TensorView k = *q, v = *q;
+  if (req.has_key()) {
+    auto kd = Decode(req.key(), "key", DataType::kFloat32, limits, call);
+    if (!kd.ok()) return kd.status();
+    auto vd = Decode(req.value(), "value", DataType::kFloat32, limits, call);
+    if (!vd.ok()) return vd.status();
+    k = *kd, v = *vd;
+  }
+  AttentionMasks masks;
+  ATTN_RETURN_IF_ERROR(DecodeMasks(req.causal(), req.has_key_padding_mask(),
+                                   req.key_padding_mask(), req.has_attn_bias(), req.attn_bias(),
+                                   limits, call, &masks));
+  ResolvedProjections proj;
+  ATTN_RETURN_IF_ERROR(ResolveProjections(req.model(), req.has_projections(), req.projections(),
+                                          models, limits, call, &proj));
+  std::optional<float> scale;
+  if (req.has_scale()) scale = req.scale();
+
+  if (proj.present) {
+    ATTN_RETURN_IF_ERROR(SingleHeadOnly(proj, req.model(), "Attention"));
+    MultiHeadAttentionOptions opt;
+    opt.num_heads = 1;
+    opt.masks = masks;
+    opt.scale = scale;
+    opt.need_weights = req.return_weights();
+    return PrepareMha(*q, k, v, opt, limits, call);
+  }
+  ScaledDotProductAttentionOptions opt;
+  opt.masks = masks;
+  opt.scale = scale;
+  opt.need_weights = req.return_weights();
+  auto cost = EstimateScaledDotProductAttention(*q, k, v, opt);
+  if (!cost.ok()) return cost.status();
+  ATTN_RETURN_IF_ERROR(CheckLimits(*cost, limits));
+  call->cost = *cost;
+  call->compute = [q = *q, k, v, opt](int threads) mutable {
+    opt.num_threads = threads;
+    return ScaledDotProductAttention(q, k, v, opt);
+  };
+  return Status::Ok();
+}
+
+Status PrepareCrossAttention(const attention::v1::CrossAttentionRequest& req,
+                             const ModelRegistry& models, const RequestLimits& limits,
+                             PreparedCall* call) {
+  if (!req.has_decoder()) return Status::InvalidArgument("decoder: required");
+  if (!req.has_encoder()) return Status::InvalidArgument("encoder: required");
+  auto dec = Decode(req.decoder(), "decoder", DataType::kFloat32, limits, call);
+  if (!dec.ok()) return dec.status();
+  call->encoding = call->tensors.back().encoding;
+  auto enc = Decode(req.encoder(), "encoder", DataType::kFloat32, limits, call);
+  if (!enc.ok()) return enc.status();
+  AttentionMasks masks;
+  ATTN_RETURN_IF_ERROR(DecodeMasks(req.causal(), req.has_key_padding_mask(),
+                                   req.key_padding_mask(), req.has_attn_bias(), req.attn_bias(),
+                                   limits, call, &masks));
+  ResolvedProjections proj;
+  ATTN_RETURN_IF_ERROR(ResolveProjections(req.model(), req.has_projections(), req.projections(),
+                                          models, limits, call, &proj));
+  if (!proj.present) {
+    return Status::InvalidArgument(
+        "model or projections: CrossAttention needs one (the query, key and value weights)");
+  }
+  ATTN_RETURN_IF_ERROR(SingleHeadOnly(proj, req.model(), "CrossAttention"));
+  MultiHeadAttentionOptions opt;
+  opt.num_heads = 1;
+  opt.masks = masks;
+  if (req.has_scale()) opt.scale = req.scale();
+  opt.need_weights = req.return_weights();
+  return PrepareMha(*dec, *enc, *enc, opt, limits, call);
+}
+
+Status PrepareMultiHeadAttention(const attention::v1::MultiHeadAttentionRequest& req,
+                                 const ModelRegistry& models, const RequestLimits& limits,
+                                 PreparedCall* call) {
+  if (!req.has_query()) return Status::InvalidArgument("query: required");
+  if (req.has_key() != req.has_value()) {
+    return Status::InvalidArgument(
+        "key and value: set both or neither (query alone is self-attention), got only " +
+        std::string(req.has_key() ? "key" : "value"));
+  }
+  auto q = Decode(req.query(), "query", DataType::kFloat32, limits, call);
+  if (!q.ok()) return q.status();
+  call->encoding = call->tensors.back().encoding;
+  TensorView k = *q, v = *q;
+  if (req.has_key()) {
+    auto kd = Decode(req.key(), "key", DataType::kFloat32, limits, call);
+    if (!kd.ok()) return kd.status();
+    auto vd = Decode(req.value(), "value", DataType::kFloat32, limits, call);
+    if (!vd.ok()) return vd.status();
+    k = *kd, v = *vd;
+  }
+  AttentionMasks masks;
+  ATTN_RETURN_IF_ERROR(DecodeMasks(req.causal(), req.has_key_padding_mask(),
+                                   req.key_padding_mask(), req.has_attn_bias(), req.attn_bias(),
+                                   limits, call, &masks));
+  ResolvedProjections proj;
+  ATTN_RETURN_IF_ERROR(ResolveProjections(req.model(), req.has_projections(), req.projections(),
+                                          models, limits, call, &proj));
+  if (!proj.present) {
+    return Status::InvalidArgument(
+        "model or projections: MultiHeadAttention needs one (the in/out projection weights)");
+  }
+  MultiHeadAttentionOptions opt;
+  if (!req.model().empty()) {
+    if (req.num_heads() != 0 && req.num_heads() != proj.num_heads) {
+      return Status::InvalidArgument("num_heads: model '" + req.model() + "' has " +
+                                     std::to_string(proj.num_heads) + " heads, got " +
+                                     std::to_string(req.num_heads()) + " (leave it 0)");
+    }
+    opt.num_heads = proj.num_heads;
+  } else {
+    if (req.num_heads() <= 0) {
+      return Status::InvalidArgument(
+          "num_heads: required (positive) with inline projections, got " +
+          std::to_string(req.num_heads()));
+    }
+    opt.num_heads = req.num_heads();
+  }
+  opt.masks = masks;
+  opt.need_weights = req.return_weights();
+  opt.average_weights = !req.per_head_weights();
+  return PrepareMha(*q, k, v, opt, limits, call);
+}
+
+Status EncodeResponse(const AttentionResult& result, Encoding encoding,
+                      const RequestLimits& limits, attention::v1::AttentionResponse* resp) {
+  const double bytes =
+      4.0 * static_cast<double>(result.output.numel() +
+                                (result.weights ? result.weights->numel() : 0));
+  if (bytes > static_cast<double>(limits.max_message_bytes)) {
+    return Status::ResourceExhausted("response: " + Num(bytes) +
+                                     " bytes would exceed the message limit of " +
+                                     std::to_string(limits.max_message_bytes) +
+                                     " bytes (--max-message-mb)");
+  }
+  EncodeTensor(result.output, encoding, resp->mutable_output());
+  if (result.weights) EncodeTensor(*result.weights, encoding, resp->mutable_weights());
+  return Status::Ok();
+}
+
+}  // namespace attn::server

@@ -1,0 +1,47 @@
+// Turns each RPC's request into a ready-to-run core call: wire checks,
+// model or inline projections, options, the cost estimate and the limits.
+// Semantic checks (shapes agree, masks broadcast, heads divide) are core's;
+// this layer only adapts.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <string>
+
+#include "attention/v1/attention.pb.h"
+#include "attn/attention.h"
+#include "attn/status.h"
+#include "model_registry.h"
+#include "request_limits.h"
+#include "tensor_codec.h"
+
+namespace attn::server {
+
+// A validated call. Views point into the request, which must outlive it.
+struct PreparedCall {
+  std::string model;   // "" for none, for logs
+  std::string shapes;  // "query[2, 5, 64] key[...]", for logs
+  Encoding encoding = Encoding::kData;  // of the first input; the response uses it
+  AttentionCost cost;
+  // Runs the core call with `threads` compute threads.
+  std::function<StatusOr<AttentionResult>(int threads)> compute;
+  // Storage behind the views (deque: stable addresses).
+  std::deque<DecodedTensor> tensors;
+  ProjectionWeights projections;
+};
+
+Status PrepareAttention(const attention::v1::AttentionRequest& req, const ModelRegistry& models,
+                        const RequestLimits& limits, PreparedCall* call);
+Status PrepareCrossAttention(const attention::v1::CrossAttentionRequest& req,
+                             const ModelRegistry& models, const RequestLimits& limits,
+                             PreparedCall* call);
+Status PrepareMultiHeadAttention(const attention::v1::MultiHeadAttentionRequest& req,
+                                 const ModelRegistry& models, const RequestLimits& limits,
+                                 PreparedCall* call);
+
+// Fills `resp` from a finished call; RESOURCE_EXHAUSTED if the encoded
+// response would exceed the message limit.
+Status EncodeResponse(const AttentionResult& result, Encoding encoding,
+                      const RequestLimits& limits, attention::v1::AttentionResponse* resp);
+
+}  // namespace attn::server
