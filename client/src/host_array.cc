@@ -25,8 +25,8 @@ Status FlattenJson(const JsonValue& v, size_t depth, const std::string& pos, Sha
                                      std::to_string((*shape)[depth]) + ")");
     }
     for (size_t i = 0; i < v.array.size(); ++i) {
-      ATTN_RETURN_IF_ERROR(
-          FlattenJson(v.array[i], depth + 1, pos + "[" + std::to_string(i) + "]", shape, out, what));
+      ATTN_RETURN_IF_ERROR(FlattenJson(v.array[i], depth + 1, pos + "[" + std::to_string(i) + "]",
+                                       shape, out, what));
     }
     return Status::Ok();
   }
@@ -142,7 +142,8 @@ StatusOr<HostArray> ReadNpyUnchecked(const std::string& path) {
     pos = 10;
   } else if (major == 2 || major == 3) {
     if (bytes.size() < 12) return bad("truncated header");
-    for (int i = 3; i >= 0; --i) header_len = (header_len << 8) | static_cast<uint8_t>(bytes[8 + i]);
+    for (int i = 3; i >= 0; --i)
+      header_len = (header_len << 8) | static_cast<uint8_t>(bytes[8 + i]);
     pos = 12;
   } else {
     return bad("unsupported .npy version " + std::to_string(major));
@@ -156,15 +157,18 @@ StatusOr<HostArray> ReadNpyUnchecked(const std::string& path) {
     auto start = header.find(':', k) + 1;
     while (start < header.size() && header[start] == ' ') ++start;
     if (header[start] == '(') return header.substr(start, header.find(')', start) - start + 1);
-    if (header[start] == '\'') return header.substr(start + 1, header.find('\'', start + 1) - start - 1);
+    if (header[start] == '\'')
+      return header.substr(start + 1, header.find('\'', start + 1) - start - 1);
     return header.substr(start, header.find_first_of(",}", start) - start);
   };
-  const std::string descr = field("descr"), order = field("fortran_order"), shape_s = field("shape");
+  const std::string descr = field("descr"), order = field("fortran_order"),
+                    shape_s = field("shape");
   if (order != "False") return bad("only C-order arrays are supported");
   HostArray a;
   for (size_t i = 1; i + 1 < shape_s.size();) {
     const auto comma = shape_s.find(',', i);
-    const std::string num = shape_s.substr(i, (comma == std::string::npos ? shape_s.size() - 1 : comma) - i);
+    const std::string num =
+        shape_s.substr(i, (comma == std::string::npos ? shape_s.size() - 1 : comma) - i);
     if (num.find_first_not_of(' ') != std::string::npos) a.shape.push_back(std::stoll(num));
     if (comma == std::string::npos) break;
     i = comma + 1;

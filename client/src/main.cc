@@ -63,9 +63,10 @@ struct Args {
 };
 
 const std::set<std::string> kValueFlags = {
-    "--target", "--timeout-ms", "--max-message-mb", "--service", "--query", "--key", "--value",
-    "--decoder", "--encoder", "--random", "--seed", "--model", "--num-heads", "--key-padding-mask",
-    "--attn-bias", "--scale", "--encoding", "--output", "--weights-output", "--precision"};
+    "--target", "--timeout-ms", "--max-message-mb", "--service",          "--query",
+    "--key",    "--value",      "--decoder",        "--encoder",          "--random",
+    "--seed",   "--model",      "--num-heads",      "--key-padding-mask", "--attn-bias",
+    "--scale",  "--encoding",   "--output",         "--weights-output",   "--precision"};
 const std::set<std::string> kBoolFlags = {"--causal", "--return-weights", "--per-head-weights"};
 
 int Fail(const std::string& msg, int code = 2) {
@@ -172,7 +173,8 @@ int main(int argc, char** argv) {
   if (!ParseInt(get("--max-message-mb", "64"), 1, 2047, &max_mb)) {
     return Fail("--max-message-mb: expected 1..2047, got '" + get("--max-message-mb") + "'");
   }
-  if (!ParseInt(get("--seed", "0"), 0, 1LL << 40, &seed)) return Fail("--seed: expected an integer");
+  if (!ParseInt(get("--seed", "0"), 0, 1LL << 40, &seed))
+    return Fail("--seed: expected an integer");
   const std::string enc_name = get("--encoding", "data");
   if (enc_name != "data" && enc_name != "values" && enc_name != "raw") {
     return Fail("--encoding: expected data or values, got '" + enc_name + "'");
@@ -223,7 +225,8 @@ int main(int argc, char** argv) {
       const auto comma = rest.find(',');
       long long x = 0;
       if (!ParseInt(rest.substr(0, comma), 1, 1 << 20, &x)) {
-        return Fail("--random: expected B,L (or B,L,D without --model), got '" + get("--random") + "'");
+        return Fail("--random: expected B,L (or B,L,D without --model), got '" + get("--random") +
+                    "'");
       }
       dims.push_back(x);
       rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
@@ -282,7 +285,8 @@ int main(int argc, char** argv) {
     req.set_causal(causal);
     req.set_return_weights(weights);
     if (scale) req.set_scale(*scale);
-    if (masks.count("--key-padding-mask")) *req.mutable_key_padding_mask() = masks["--key-padding-mask"];
+    if (masks.count("--key-padding-mask"))
+      *req.mutable_key_padding_mask() = masks["--key-padding-mask"];
     if (masks.count("--attn-bias")) *req.mutable_attn_bias() = masks["--attn-bias"];
     st = client.CrossAttention(req, &resp, timeout);
     return Report(st, resp, a);
@@ -297,7 +301,8 @@ int main(int argc, char** argv) {
     req.set_causal(causal);
     req.set_return_weights(weights);
     if (scale) req.set_scale(*scale);
-    if (masks.count("--key-padding-mask")) *req.mutable_key_padding_mask() = masks["--key-padding-mask"];
+    if (masks.count("--key-padding-mask"))
+      *req.mutable_key_padding_mask() = masks["--key-padding-mask"];
     if (masks.count("--attn-bias")) *req.mutable_attn_bias() = masks["--attn-bias"];
     st = client.Attention(req, &resp, timeout);
     return Report(st, resp, a);
@@ -316,7 +321,8 @@ int main(int argc, char** argv) {
   req.set_causal(causal);
   req.set_return_weights(weights);
   req.set_per_head_weights(a.flags.count("--per-head-weights") > 0);
-  if (masks.count("--key-padding-mask")) *req.mutable_key_padding_mask() = masks["--key-padding-mask"];
+  if (masks.count("--key-padding-mask"))
+    *req.mutable_key_padding_mask() = masks["--key-padding-mask"];
   if (masks.count("--attn-bias")) *req.mutable_attn_bias() = masks["--attn-bias"];
   st = client.MultiHeadAttention(req, &resp, timeout);
   return Report(st, resp, a);

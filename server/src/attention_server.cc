@@ -20,17 +20,17 @@ Status WarmUp(const ModelRegistry& models, int threads) {
   for (const AttentionModel* m : models.All()) {
     const ModelInfo& info = m->info();
     const int64_t l = 8;
-    std::vector<float> q(l * info.embed_dim, 0.1f), k(l * info.kdim, 0.1f),
-        v(l * info.vdim, 0.1f);
+    std::vector<float> q(l * info.embed_dim, 0.1f), k(l * info.kdim, 0.1f), v(l * info.vdim, 0.1f);
     MultiHeadAttentionOptions opt;
     opt.num_heads = info.num_heads;
     opt.num_threads = threads;
-    auto r = MultiHeadAttention(m->projections(), TensorView::Dense(q.data(), {1, l, info.embed_dim}),
-                                TensorView::Dense(k.data(), {1, l, info.kdim}),
-                                TensorView::Dense(v.data(), {1, l, info.vdim}), opt);
+    auto r =
+        MultiHeadAttention(m->projections(), TensorView::Dense(q.data(), {1, l, info.embed_dim}),
+                           TensorView::Dense(k.data(), {1, l, info.kdim}),
+                           TensorView::Dense(v.data(), {1, l, info.vdim}), opt);
     if (!r.ok()) {
-      return Status(r.status().code(), "warm-up of model '" + info.name + "' failed: " +
-                                           r.status().message());
+      return Status(r.status().code(),
+                    "warm-up of model '" + info.name + "' failed: " + r.status().message());
     }
   }
   return Status::Ok();
@@ -41,6 +41,7 @@ Status WarmUp(const ModelRegistry& models, int threads) {
 StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerConfig& config) {
   std::unique_ptr<AttentionServer> s(new AttentionServer());
   s->config_ = config;
+  spdlog::set_level(spdlog::level::from_str(config.log_level));
   if (config.model_dir.empty()) {
     s->models_ = std::make_unique<ModelRegistry>(ModelRegistry::Demo());
   } else {
@@ -70,18 +71,19 @@ StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerCo
   s->SetServing(false);
   const auto t0 = std::chrono::steady_clock::now();
   ATTN_RETURN_IF_ERROR(WarmUp(*s->models_, threads));
-  spdlog::info("listening on {}:{}; compute threads {} (CPUs this process may use: {}); "
-               "oneDNN ISA {}; softmax kernels {}",
-               config.host, s->port_, threads, AvailableCpus(), OneDnnIsaName(),
-               UsingAvx512Kernels() ? "avx512" : "portable");
+  spdlog::info(
+      "listening on {}:{}; compute threads {} (CPUs this process may use: {}); "
+      "oneDNN ISA {}; softmax kernels {}",
+      config.host, s->port_, threads, AvailableCpus(), OneDnnIsaName(),
+      UsingAvx512Kernels() ? "avx512" : "portable");
   for (const AttentionModel* m : s->models_->All()) {
     const ModelInfo& i = m->info();
     spdlog::info("model {}: kind={} embed_dim={} num_heads={} kdim={} vdim={}", i.name,
                  ModelKindName(i.kind), i.embed_dim, i.num_heads, i.kdim, i.vdim);
   }
-  spdlog::info("{} models warmed up in {:.0f} ms; SERVING", s->models_->All().size(),
-               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                   .count());
+  spdlog::info(
+      "{} models warmed up in {:.0f} ms; SERVING", s->models_->All().size(),
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   s->SetServing(true);
   return s;
 }

@@ -26,15 +26,15 @@ void LogCall(const char* rpc, grpc::CallbackServerContext* ctx, const PreparedCa
                   call.model.empty() ? "-" : call.model, call.shapes, ms, ctx->peer());
   } else {
     spdlog::warn("rpc={} model={} shapes=\"{}\" code={} latency_ms={:.3f} peer={} reason=\"{}\"",
-                 rpc, call.model.empty() ? "-" : call.model, call.shapes,
-                 StatusCodeName(st.code()), ms, ctx->peer(), st.message());
+                 rpc, call.model.empty() ? "-" : call.model, call.shapes, StatusCodeName(st.code()),
+                 ms, ctx->peer(), st.message());
   }
 }
 
 }  // namespace
 
-AttentionServiceImpl::AttentionServiceImpl(const ModelRegistry* models,
-                                           ComputeScheduler* scheduler, RequestLimits limits)
+AttentionServiceImpl::AttentionServiceImpl(const ModelRegistry* models, ComputeScheduler* scheduler,
+                                           RequestLimits limits)
     : models_(models), scheduler_(scheduler), limits_(limits) {}
 
 template <typename Request, typename Prepare>
@@ -54,8 +54,8 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Handle(const char* rpc,
   }
   const int threads = call->cost.flops < kParallelFlops ? 1 : scheduler_->cpus();
   const RequestLimits limits = limits_;
-  const bool queued = scheduler_->Submit(
-      threads, [rpc, ctx, reactor, resp, call, limits, start](int granted) {
+  const bool queued =
+      scheduler_->Submit(threads, [rpc, ctx, reactor, resp, call, limits, start](int granted) {
         Status result;
         try {
           auto out = call->compute(granted);

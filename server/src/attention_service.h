@@ -27,9 +27,9 @@ class AttentionServiceImpl final : public attention::v1::AttentionService::Callb
   grpc::ServerUnaryReactor* CrossAttention(grpc::CallbackServerContext* ctx,
                                            const attention::v1::CrossAttentionRequest* req,
                                            attention::v1::AttentionResponse* resp) override;
-  grpc::ServerUnaryReactor* MultiHeadAttention(
-      grpc::CallbackServerContext* ctx, const attention::v1::MultiHeadAttentionRequest* req,
-      attention::v1::AttentionResponse* resp) override;
+  grpc::ServerUnaryReactor* MultiHeadAttention(grpc::CallbackServerContext* ctx,
+                                               const attention::v1::MultiHeadAttentionRequest* req,
+                                               attention::v1::AttentionResponse* resp) override;
   grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* ctx,
                                        const attention::v1::ListModelsRequest* req,
                                        attention::v1::ListModelsResponse* resp) override;

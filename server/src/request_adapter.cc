@@ -57,8 +57,8 @@ Status ResolveProjections(const std::string& model, bool has_inline, const Proje
   if (!model.empty()) {
     const AttentionModel* m = models.Find(model);
     if (m == nullptr) {
-      return Status::NotFound("model: no model named '" + model + "' (available: " +
-                              models.Names() + ")");
+      return Status::NotFound("model: no model named '" + model +
+                              "' (available: " + models.Names() + ")");
     }
     call->model = model;
     call->projections = m->projections();
@@ -91,21 +91,20 @@ Status ResolveProjections(const std::string& model, bool has_inline, const Proje
     return Status::Ok();
   };
   std::optional<LinearView> q, k, v, o;
-  ATTN_RETURN_IF_ERROR(linear(p.has_q_weight(), p.q_weight(), p.has_q_bias(), p.q_bias(), "q",
-                              true, &q));
-  ATTN_RETURN_IF_ERROR(linear(p.has_k_weight(), p.k_weight(), p.has_k_bias(), p.k_bias(), "k",
-                              true, &k));
-  ATTN_RETURN_IF_ERROR(linear(p.has_v_weight(), p.v_weight(), p.has_v_bias(), p.v_bias(), "v",
-                              true, &v));
-  ATTN_RETURN_IF_ERROR(linear(p.has_out_weight(), p.out_weight(), p.has_out_bias(),
-                              p.out_bias(), "out", false, &o));
+  ATTN_RETURN_IF_ERROR(
+      linear(p.has_q_weight(), p.q_weight(), p.has_q_bias(), p.q_bias(), "q", true, &q));
+  ATTN_RETURN_IF_ERROR(
+      linear(p.has_k_weight(), p.k_weight(), p.has_k_bias(), p.k_bias(), "k", true, &k));
+  ATTN_RETURN_IF_ERROR(
+      linear(p.has_v_weight(), p.v_weight(), p.has_v_bias(), p.v_bias(), "v", true, &v));
+  ATTN_RETURN_IF_ERROR(
+      linear(p.has_out_weight(), p.out_weight(), p.has_out_bias(), p.out_bias(), "out", false, &o));
   // The weights are already in the message; the limit keeps a request from
   // making the server multiply by an oversized weight set.
   if (elements > limits.max_projection_elements) {
-    return Status::ResourceExhausted("projections: " + std::to_string(elements) +
-                                     " weight elements exceed the limit of " +
-                                     std::to_string(limits.max_projection_elements) +
-                                     " (--max-projection-elements)");
+    return Status::ResourceExhausted(
+        "projections: " + std::to_string(elements) + " weight elements exceed the limit of " +
+        std::to_string(limits.max_projection_elements) + " (--max-projection-elements)");
   }
   call->projections = {*q, *k, *v, o};
   out->present = true;
@@ -119,24 +118,22 @@ Status CheckLimits(const AttentionCost& c, const RequestLimits& l) {
                                      " (--max-attention-work)");
   }
   if (c.result_bytes > static_cast<double>(l.max_message_bytes)) {
-    return Status::ResourceExhausted("response: " + Num(c.result_bytes) +
-                                     " bytes would exceed the message limit of " +
-                                     std::to_string(l.max_message_bytes) +
-                                     " bytes (--max-message-mb)");
+    return Status::ResourceExhausted(
+        "response: " + Num(c.result_bytes) + " bytes would exceed the message limit of " +
+        std::to_string(l.max_message_bytes) + " bytes (--max-message-mb)");
   }
   if (c.result_bytes + c.scratch_bytes > static_cast<double>(l.max_request_memory_bytes)) {
     return Status::ResourceExhausted(
         "request: needs " + Num((c.result_bytes + c.scratch_bytes) / (1 << 20)) +
-        " MiB of buffers, over the limit of " +
-        std::to_string(l.max_request_memory_bytes >> 20) + " MiB (--max-request-memory-mb)");
+        " MiB of buffers, over the limit of " + std::to_string(l.max_request_memory_bytes >> 20) +
+        " MiB (--max-request-memory-mb)");
   }
   return Status::Ok();
 }
 
 // Plans a multi-head (or single-head, projected) call and checks its cost.
 Status PrepareMha(const TensorView& q, const TensorView& k, const TensorView& v,
-                  MultiHeadAttentionOptions opt, const RequestLimits& limits,
-                  PreparedCall* call) {
+                  MultiHeadAttentionOptions opt, const RequestLimits& limits, PreparedCall* call) {
   auto cost = EstimateMultiHeadAttention(call->projections, q, k, v, opt);
   if (!cost.ok()) return cost.status();
   ATTN_RETURN_IF_ERROR(CheckLimits(*cost, limits));
@@ -149,11 +146,10 @@ Status PrepareMha(const TensorView& q, const TensorView& k, const TensorView& v,
   return Status::Ok();
 }
 
-Status SingleHeadOnly(const ResolvedProjections& proj, const std::string& model,
-                      const char* rpc) {
+Status SingleHeadOnly(const ResolvedProjections& proj, const std::string& model, const char* rpc) {
   if (proj.num_heads > 1) {
-    return Status::InvalidArgument("model: '" + model + "' has " +
-                                   std::to_string(proj.num_heads) + " heads; " + rpc +
+    return Status::InvalidArgument("model: '" + model + "' has " + std::to_string(proj.num_heads) +
+                                   " heads; " + rpc +
                                    " applies single-head weights, use MultiHeadAttention");
   }
   return Status::Ok();
@@ -181,9 +177,8 @@ Status PrepareAttention(const attention::v1::AttentionRequest& req, const ModelR
     k = *kd, v = *vd;
   }
   AttentionMasks masks;
-  ATTN_RETURN_IF_ERROR(DecodeMasks(req.causal(), req.has_key_padding_mask(),
-                                   req.key_padding_mask(), req.has_attn_bias(), req.attn_bias(),
-                                   limits, call, &masks));
+  ATTN_RETURN_IF_ERROR(DecodeMasks(req.causal(), req.has_key_padding_mask(), req.key_padding_mask(),
+                                   req.has_attn_bias(), req.attn_bias(), limits, call, &masks));
   ResolvedProjections proj;
   ATTN_RETURN_IF_ERROR(ResolveProjections(req.model(), req.has_projections(), req.projections(),
                                           models, limits, call, &proj));
@@ -225,9 +220,8 @@ Status PrepareCrossAttention(const attention::v1::CrossAttentionRequest& req,
   auto enc = Decode(req.encoder(), "encoder", DataType::kFloat32, limits, call);
   if (!enc.ok()) return enc.status();
   AttentionMasks masks;
-  ATTN_RETURN_IF_ERROR(DecodeMasks(req.causal(), req.has_key_padding_mask(),
-                                   req.key_padding_mask(), req.has_attn_bias(), req.attn_bias(),
-                                   limits, call, &masks));
+  ATTN_RETURN_IF_ERROR(DecodeMasks(req.causal(), req.has_key_padding_mask(), req.key_padding_mask(),
+                                   req.has_attn_bias(), req.attn_bias(), limits, call, &masks));
   ResolvedProjections proj;
   ATTN_RETURN_IF_ERROR(ResolveProjections(req.model(), req.has_projections(), req.projections(),
                                           models, limits, call, &proj));
@@ -265,9 +259,8 @@ Status PrepareMultiHeadAttention(const attention::v1::MultiHeadAttentionRequest&
     k = *kd, v = *vd;
   }
   AttentionMasks masks;
-  ATTN_RETURN_IF_ERROR(DecodeMasks(req.causal(), req.has_key_padding_mask(),
-                                   req.key_padding_mask(), req.has_attn_bias(), req.attn_bias(),
-                                   limits, call, &masks));
+  ATTN_RETURN_IF_ERROR(DecodeMasks(req.causal(), req.has_key_padding_mask(), req.key_padding_mask(),
+                                   req.has_attn_bias(), req.attn_bias(), limits, call, &masks));
   ResolvedProjections proj;
   ATTN_RETURN_IF_ERROR(ResolveProjections(req.model(), req.has_projections(), req.projections(),
                                           models, limits, call, &proj));
@@ -297,16 +290,14 @@ Status PrepareMultiHeadAttention(const attention::v1::MultiHeadAttentionRequest&
   return PrepareMha(*q, k, v, opt, limits, call);
 }
 
-Status EncodeResponse(const AttentionResult& result, Encoding encoding,
-                      const RequestLimits& limits, attention::v1::AttentionResponse* resp) {
-  const double bytes =
-      4.0 * static_cast<double>(result.output.numel() +
-                                (result.weights ? result.weights->numel() : 0));
+Status EncodeResponse(const AttentionResult& result, Encoding encoding, const RequestLimits& limits,
+                      attention::v1::AttentionResponse* resp) {
+  const double bytes = 4.0 * static_cast<double>(result.output.numel() +
+                                                 (result.weights ? result.weights->numel() : 0));
   if (bytes > static_cast<double>(limits.max_message_bytes)) {
-    return Status::ResourceExhausted("response: " + Num(bytes) +
-                                     " bytes would exceed the message limit of " +
-                                     std::to_string(limits.max_message_bytes) +
-                                     " bytes (--max-message-mb)");
+    return Status::ResourceExhausted(
+        "response: " + Num(bytes) + " bytes would exceed the message limit of " +
+        std::to_string(limits.max_message_bytes) + " bytes (--max-message-mb)");
   }
   EncodeTensor(result.output, encoding, resp->mutable_output());
   if (result.weights) EncodeTensor(*result.weights, encoding, resp->mutable_weights());

@@ -19,8 +19,8 @@ namespace attn::server {
 
 // A validated call. Views point into the request, which must outlive it.
 struct PreparedCall {
-  std::string model;   // "" for none, for logs
-  std::string shapes;  // "query[2, 5, 64] key[...]", for logs
+  std::string model;                    // "" for none, for logs
+  std::string shapes;                   // "query[2, 5, 64] key[...]", for logs
   Encoding encoding = Encoding::kData;  // of the first input; the response uses it
   AttentionCost cost;
   // Runs the core call with `threads` compute threads.
@@ -41,7 +41,7 @@ Status PrepareMultiHeadAttention(const attention::v1::MultiHeadAttentionRequest&
 
 // Fills `resp` from a finished call; RESOURCE_EXHAUSTED if the encoded
 // response would exceed the message limit.
-Status EncodeResponse(const AttentionResult& result, Encoding encoding,
-                      const RequestLimits& limits, attention::v1::AttentionResponse* resp);
+Status EncodeResponse(const AttentionResult& result, Encoding encoding, const RequestLimits& limits,
+                      attention::v1::AttentionResponse* resp);
 
 }  // namespace attn::server

@@ -12,10 +12,10 @@
 namespace attn::server {
 
 struct ServerConfig {
-  std::string host = "0.0.0.0";  // --host, ATTN_HOST
-  int port = 50051;              // --port, ATTN_PORT (0 picks a free port)
-  std::string model_dir;         // --model-dir, ATTN_MODEL_DIR; empty: demo models
-  int threads = 0;               // --threads, ATTN_THREADS; 0: the CPUs this process may use
+  std::string host = "0.0.0.0";    // --host, ATTN_HOST
+  int port = 50051;                // --port, ATTN_PORT (0 picks a free port)
+  std::string model_dir;           // --model-dir, ATTN_MODEL_DIR; empty: demo models
+  int threads = 0;                 // --threads, ATTN_THREADS; 0: the CPUs this process may use
   std::string log_level = "info";  // --log-level, ATTN_LOG_LEVEL
   int max_queue = 256;             // --max-queue, ATTN_MAX_QUEUE
   RequestLimits limits;            // --max-message-mb and the other --max-* flags

@@ -23,15 +23,14 @@ Status DecodeTensor(const attention::v1::Tensor& t, const std::string& field, Da
                     int64_t max_elements, DecodedTensor* out) {
   using attention::v1::DataType_Name;
   const int dtype = t.dtype();
-  const bool is_float = dtype == attention::v1::DATA_TYPE_UNSPECIFIED ||
-                        dtype == attention::v1::DATA_TYPE_FLOAT32;
+  const bool is_float =
+      dtype == attention::v1::DATA_TYPE_UNSPECIFIED || dtype == attention::v1::DATA_TYPE_FLOAT32;
   const bool is_bool = dtype == attention::v1::DATA_TYPE_BOOL;
   if (dtype == attention::v1::DATA_TYPE_BFLOAT16 || dtype == attention::v1::DATA_TYPE_FLOAT16) {
     return Status::InvalidArgument(field + ": dtype " + WireDataTypeName(dtype) +
                                    " is not implemented yet; send DATA_TYPE_FLOAT32");
   }
-  if ((expected == DataType::kFloat32 && !is_float) ||
-      (expected == DataType::kBool && !is_bool)) {
+  if ((expected == DataType::kFloat32 && !is_float) || (expected == DataType::kBool && !is_bool)) {
     return Status::InvalidArgument(
         field + ": dtype must be " +
         (expected == DataType::kBool ? "DATA_TYPE_BOOL" : "DATA_TYPE_FLOAT32") + ", got " +
@@ -60,10 +59,9 @@ Status DecodeTensor(const attention::v1::Tensor& t, const std::string& field, Da
   out->view.dtype = expected;
   if (has_values || (*numel > 0 && !has_data)) {
     if (t.values_size() != *numel) {
-      return Status::InvalidArgument(field + ": shape " + ShapeToString(shape) + " needs " +
-                                     std::to_string(*numel) + " values, got " +
-                                     std::to_string(t.values_size()) +
-                                     (has_values ? "" : " (and no data)"));
+      return Status::InvalidArgument(
+          field + ": shape " + ShapeToString(shape) + " needs " + std::to_string(*numel) +
+          " values, got " + std::to_string(t.values_size()) + (has_values ? "" : " (and no data)"));
     }
     out->encoding = Encoding::kValues;
     if (is_bool) {
