@@ -1,0 +1,178 @@
+// Units of the server and client layers: flag parsing, the compute
+// scheduler, and the client's host-array conversions.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <map>
+#include <thread>
+
+#include "compute_scheduler.h"
+#include "host_array.h"
+#include "server_config.h"
+
+namespace attn {
+namespace {
+
+// ---- ServerConfig -----------------------------------------------------------
+
+StatusOr<server::ServerConfig> Parse(std::vector<std::string> args,
+                                     std::map<std::string, std::string> env = {}) {
+  bool help = false;
+  return server::ParseServerConfig(
+      args, [&env](const char* k) { return env.count(k) ? env.at(k).c_str() : nullptr; }, &help);
+}
+
+TEST(ServerConfig, DefaultsFlagsAndEnvironment) {
+  auto c = Parse({});
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->host, "0.0.0.0");
+  EXPECT_EQ(c->port, 50051);
+  EXPECT_EQ(c->threads, 0);
+  EXPECT_EQ(c->limits.max_message_bytes, 64 << 20);
+  // Environment over defaults, flags over environment; --flag=value works too.
+  c = Parse({"--port", "6000", "--max-message-mb=8"}, {{"ATTN_PORT", "7000"},
+                                                       {"ATTN_HOST", "127.0.0.1"},
+                                                       {"ATTN_THREADS", "3"},
+                                                       {"ATTN_MODEL_DIR", "/models"},
+                                                       {"ATTN_LOG_LEVEL", "debug"}});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->port, 6000);
+  EXPECT_EQ(c->host, "127.0.0.1");
+  EXPECT_EQ(c->threads, 3);
+  EXPECT_EQ(c->model_dir, "/models");
+  EXPECT_EQ(c->log_level, "debug");
+  EXPECT_EQ(c->limits.max_message_bytes, 8 << 20);
+}
+
+TEST(ServerConfig, BadValuesNameTheFlag) {
+  auto expect = [](const StatusOr<server::ServerConfig>& c, const std::string& msg) {
+    ASSERT_FALSE(c.ok());
+    EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(c.status().message().find(msg), std::string::npos) << c.status().message();
+  };
+  expect(Parse({"--port", "70000"}), "--port: expected an integer in [0, 65535], got '70000'");
+  expect(Parse({"--threads", "-1"}), "--threads: expected an integer in [0, 1024], got '-1'");
+  expect(Parse({"--log-level", "loud"}),
+         "--log-level: expected trace, debug, info, warn, error or off");
+  expect(Parse({"--max-attention-work", "0"}), "--max-attention-work: expected a positive number");
+  expect(Parse({"--nope", "1"}), "unknown flag '--nope'");
+  expect(Parse({"--port"}), "--port: missing value");
+  expect(Parse({}, {{"ATTN_MAX_MESSAGE_MB", "lots"}}), "ATTN_MAX_MESSAGE_MB (--max-message-mb:");
+  bool help = false;
+  server::ParseServerConfig(
+      {"--help"}, [](const char*) { return nullptr; }, &help);
+  EXPECT_TRUE(help);
+  EXPECT_NE(server::ServerUsage().find("ATTN_MODEL_DIR"), std::string::npos);
+}
+
+// ---- ComputeScheduler -------------------------------------------------------
+
+TEST(ComputeScheduler, NeverGrantsMoreThreadsThanCpusAndKeepsFifoOrder) {
+  std::atomic<int> in_use{0}, peak{0};
+  std::vector<int> order;
+  std::mutex mu;
+  {
+    server::ComputeScheduler s(3, 100);
+    for (int i = 0; i < 40; ++i) {
+      const int want = i % 4 == 0 ? 3 : 1;  // every fourth job wants every CPU
+      ASSERT_TRUE(s.Submit(want, [&, i, want](int granted) {
+        EXPECT_EQ(granted, want);
+        const int now = in_use += granted;
+        int p = peak.load();
+        while (now > p && !peak.compare_exchange_weak(p, now)) {
+        }
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          order.push_back(i);
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+        in_use -= granted;
+      }));
+    }
+  }  // the destructor runs what is queued
+  EXPECT_LE(peak.load(), 3);
+  ASSERT_EQ(order.size(), 40u);
+  // A job that needs every CPU starts after all earlier jobs have finished,
+  // and no later job starts before it is done: its place in the start order
+  // is exactly its place in the queue.
+  for (size_t pos = 0; pos < order.size(); ++pos) {
+    if (order[pos] % 4 == 0) EXPECT_EQ(order[pos], static_cast<int>(pos));
+  }
+}
+
+TEST(ComputeScheduler, FullQueueRefusesAndClampsThreads) {
+  std::atomic<bool> release{false};
+  server::ComputeScheduler s(1, 2);
+  std::atomic<int> granted{0};
+  ASSERT_TRUE(s.Submit(1, [&](int) {
+    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (s.running() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_TRUE(s.Submit(8, [&](int g) { granted = g; }));  // clamped to the one CPU
+  EXPECT_TRUE(s.Submit(1, [](int) {}));
+  EXPECT_FALSE(s.Submit(1, [](int) {})) << "the queue holds 2";
+  EXPECT_EQ(s.queued(), 2);
+  release = true;
+  while (s.queued() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  while (s.running() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(granted.load(), 1);
+}
+
+// ---- Host arrays ------------------------------------------------------------
+
+TEST(HostArray, JsonArraysAndErrors) {
+  auto a = client::ParseJsonArray("[[1, 0], [0.5, -2e1]]", "query");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->shape, (Shape{2, 2}));
+  EXPECT_EQ(a->values, (std::vector<float>{1, 0, 0.5f, -20}));
+  auto b = client::ParseJsonArray("[true, false]", "mask");
+  ASSERT_TRUE(b.ok());
+  EXPECT_TRUE(b->is_bool);
+  auto ragged = client::ParseJsonArray("[[1, 0], [1]]", "query");
+  ASSERT_FALSE(ragged.ok());
+  EXPECT_NE(ragged.status().message().find("query: ragged array at top level[1]"),
+            std::string::npos);
+  EXPECT_FALSE(client::ParseJsonArray("[[1, \"x\"]]", "query").ok());
+  EXPECT_FALSE(client::ParseJsonArray("{\"a\": 1}", "query").ok());
+  EXPECT_FALSE(client::ParseJsonArray("[1, 2", "query").ok());
+}
+
+TEST(HostArray, WireRoundTripInBothEncodings) {
+  client::HostArray a{{2, 3}, {1, 2, 3, 4, 5, 6}, false};
+  for (auto enc : {client::Encoding::kData, client::Encoding::kValues}) {
+    auto back = client::FromWire(client::ToWire(a, enc), "x");
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(back->shape, a.shape);
+    EXPECT_EQ(back->values, a.values);
+  }
+  client::HostArray m{{3}, {1, 0, 1}, true};
+  auto wire = client::ToWire(m, client::Encoding::kData);
+  EXPECT_EQ(wire.dtype(), attention::v1::DATA_TYPE_BOOL);
+  EXPECT_EQ(wire.data(), std::string("\x01\x00\x01", 3));
+}
+
+TEST(HostArray, NpyRoundTripAndFormatting) {
+  const std::string path = "/tmp/attn_host_array_test_" + std::to_string(getpid()) + ".npy";
+  client::HostArray a{{2, 2}, {0.79884f, 0.76159f, 1, -1}, false};
+  ASSERT_TRUE(client::WriteNpy(path, a).ok());
+  auto back = client::ReadNpy(path);
+  std::remove(path.c_str());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->shape, a.shape);
+  EXPECT_EQ(back->values, a.values);
+  EXPECT_EQ(client::FormatArray(a), "[[0.7988, 0.7616],\n [1.0000, -1.0000]]");
+  EXPECT_EQ(client::ReadNpy("/nonexistent.npy").status().code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace attn
