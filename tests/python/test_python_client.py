@@ -1,0 +1,149 @@
+"""The Python client against a real attention-server (loopback, free port).
+
+Run by ctest with ATTN_SERVER_BIN, ATTN_GOLDEN_DIR and PYTHONPATH (the
+generated stubs and client/python) set; uses /usr/bin/python3 with
+python3-grpcio and python3-numpy. PyTorch is not needed: its results are the
+committed golden files from tests/golden/make_goldens.py.
+"""
+import json
+import os
+import re
+import struct
+import subprocess
+import time
+import unittest
+
+import grpc
+import numpy as np
+
+from attention_client import AttentionClient
+
+SERVER = os.environ["ATTN_SERVER_BIN"]
+GOLDEN = os.environ["ATTN_GOLDEN_DIR"]
+
+
+def read_safetensors(path):
+    """(metadata, {name: float32 array}) from a .safetensors file."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+        data = f.read()
+    meta = header.pop("__metadata__", {})
+    arrays = {}
+    for name, e in header.items():
+        begin, end = e["data_offsets"]
+        arrays[name] = np.frombuffer(data[begin:end], "<f4").reshape(e["shape"])
+    return meta, arrays
+
+
+def assert_close(testcase, got, want, floor):
+    """|got - want| <= 1e-5 * max(|want|, floor), elementwise."""
+    testcase.assertEqual(got.shape, want.shape)
+    tol = 1e-5 * np.maximum(np.abs(want), floor)
+    bad = np.abs(got - want) > tol
+    testcase.assertFalse(bad.any(), f"{bad.sum()} elements differ; max error "
+                         f"{np.max(np.abs(got - want))}")
+
+
+def start_server(*args, timeout=30):
+    """Starts the server on a free port; returns (process, port) once SERVING."""
+    proc = subprocess.Popen([SERVER, "--host", "127.0.0.1", "--port", "0", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + timeout
+    port = None
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        m = re.search(r"listening on [\d.]+:(\d+)", line)
+        if m:
+            port = int(m.group(1))
+        if "SERVING" in line and port:
+            return proc, port
+    proc.kill()
+    raise RuntimeError("attention-server did not start")
+
+
+class PythonClientTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.proc, port = start_server("--model-dir", os.path.join(GOLDEN, "models"))
+        cls.client = AttentionClient(f"127.0.0.1:{port}")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.proc.terminate()
+        cls.proc.wait(timeout=15)
+
+    def test_health(self):
+        self.assertEqual(self.client.health(), "SERVING")
+
+    def test_seed_worked_example(self):
+        x = np.array([[1, 0], [0, 1], [1, 1], [1, 1], [0.5, 1]], np.float32)
+        for encoding in ("data", "values"):
+            out, w = self.client.attention(x, return_weights=True, encoding=encoding)
+            xd = x.astype(np.float64)
+            s = xd @ xd.T / np.sqrt(2.0)
+            p = np.exp(s - s.max(1, keepdims=True))
+            p /= p.sum(1, keepdims=True)
+            assert_close(self, out, p @ xd, 0)
+            assert_close(self, w, p, 0)
+            self.assertAlmostEqual(float(out[0, 0]), 0.7988, places=4)
+            self.assertAlmostEqual(float(out[0, 1]), 0.7616, places=4)
+
+    def test_pytorch_goldens(self):
+        cases = sorted(f[:-len(".safetensors")] for f in os.listdir(os.path.join(GOLDEN, "cases")))
+        self.assertEqual(len(cases), 11)
+        for name in cases:
+            with self.subTest(name):
+                meta, t = read_safetensors(os.path.join(GOLDEN, "cases", name + ".safetensors"))
+                want_w = meta["need_weights"] == "1"
+                kpm = t["key_padding_mask"] != 0 if "key_padding_mask" in t else None
+                common = dict(causal=meta["causal"] == "1", key_padding_mask=kpm,
+                              attn_bias=t.get("attn_bias"), return_weights=want_w)
+                if meta["op"] == "sdpa":
+                    out, w = self.client.attention(t["query"], t.get("key"), t.get("value"),
+                                                   **common)
+                elif name == "seed_self_attention":
+                    out, w = self.client.attention(t["query"], model=name, **common)
+                elif name == "seed_cross_attention":
+                    out, w = self.client.cross_attention(t["query"], t["key"], model=name,
+                                                         **common)
+                else:
+                    out, w = self.client.multi_head_attention(
+                        t["query"], t.get("key"), t.get("value"), model=name,
+                        per_head_weights=meta["average_weights"] == "0", **common)
+                expected = t["expected_output"]
+                assert_close(self, out, expected, np.abs(expected).max())
+                if want_w:
+                    assert_close(self, w, t["expected_weights"], 1e-6)
+
+    def test_inline_projections_match_the_model(self):
+        _, weights = read_safetensors(os.path.join(GOLDEN, "models", "seed_cross_attention.safetensors"))
+        _, t = read_safetensors(os.path.join(GOLDEN, "cases", "seed_cross_attention.safetensors"))
+        proj = {f"{p}_{kind}": weights[f"{p}_linear.{kind}"]
+                for p in ("q", "k", "v") for kind in ("weight", "bias")}
+        out, _ = self.client.cross_attention(t["query"], t["key"], projections=proj,
+                                             encoding="values")
+        assert_close(self, out, t["expected_output"], np.abs(t["expected_output"]).max())
+
+    def test_errors_have_codes_and_name_the_field(self):
+        q = np.ones((2, 4, 8), np.float32)
+        with self.assertRaises(grpc.RpcError) as e:
+            self.client.attention(q, np.ones((2, 4, 4), np.float32), np.ones((2, 4, 4), np.float32))
+        self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("key: last dim must equal query's (8), got 4", e.exception.details())
+        with self.assertRaises(grpc.RpcError) as e:
+            self.client.multi_head_attention(q, model="no-such-model")
+        self.assertEqual(e.exception.code(), grpc.StatusCode.NOT_FOUND)
+        self.assertIn("model: no model named 'no-such-model'", e.exception.details())
+
+    def test_list_models(self):
+        names = {m["name"]: m for m in self.client.list_models()}
+        self.assertEqual(names["mha_cross_kdim_vdim_bias4d"]["kdim"], 12)
+        self.assertEqual(names["seed_cross_attention"]["kind"], "cross_attention")
+
+
+if __name__ == "__main__":
+    unittest.main()
