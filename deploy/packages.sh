@@ -4,7 +4,7 @@
 # libdnnl-dev's CMake config needs OpenCL (Debian builds oneDNN with it).
 BUILD_PACKAGES=(g++ make cmake libdnnl-dev ocl-icd-opencl-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libspdlog-dev)
-TEST_PACKAGES=(libgtest-dev libbenchmark-dev)
+TEST_PACKAGES=(libgtest-dev libbenchmark-dev python3-grpcio python3-numpy)
 
 # ensure_packages PKG...: apt-get installs the packages that are not
 # installed yet; does nothing (not even apt-get update) when all are present.
@@ -21,4 +21,22 @@ ensure_packages() {
   [ "$(id -u)" -ne 0 ] && sudo=sudo
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+# ensure_node: node and npm, from Debian's nodejs/npm unless some node is
+# already on PATH (a NodeSource install, say).
+ensure_node() {
+  if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then return 0; fi
+  ensure_packages nodejs npm
+}
+
+# ensure_npm_deps DIR: npm ci in DIR when its node_modules is missing or
+# older than package-lock.json.
+ensure_npm_deps() {
+  local dir=$1
+  if [ -d "$dir/node_modules" ] && [ ! "$dir/node_modules/.package-lock.json" -ot "$dir/package-lock.json" ]; then
+    return 0
+  fi
+  echo "== npm ci in $dir"
+  (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
 }

@@ -22,6 +22,8 @@ done
 # shellcheck source=deploy/packages.sh
 . deploy/packages.sh
 ensure_packages "${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}"
+ensure_node
+ensure_npm_deps client/node
 
 jobs=$(nproc)
 build_dir=${BUILD_DIR:-build}

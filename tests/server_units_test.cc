@@ -99,7 +99,9 @@ TEST(ComputeScheduler, NeverGrantsMoreThreadsThanCpusAndKeepsFifoOrder) {
   // and no later job starts before it is done: its place in the start order
   // is exactly its place in the queue.
   for (size_t pos = 0; pos < order.size(); ++pos) {
-    if (order[pos] % 4 == 0) EXPECT_EQ(order[pos], static_cast<int>(pos));
+    if (order[pos] % 4 == 0) {
+      EXPECT_EQ(order[pos], static_cast<int>(pos));
+    }
   }
 }
 
