@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what is missing (Debian 12 packages), builds, and runs
+# attention-server in the foreground. Without flags it serves the built-in
+# demo models on 0.0.0.0:50051; any flags are passed to the server:
+#
+#   deploy/run.sh
+#   deploy/run.sh --model-dir /srv/models --port 6000 --log-level debug
+#
+# Idempotent: a second run installs nothing and only rebuilds what changed.
+# BUILD_DIR (default build-deploy) chooses the build folder.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# shellcheck source=deploy/packages.sh
+. deploy/packages.sh
+ensure_packages "${BUILD_PACKAGES[@]}"
+
+build_dir=${BUILD_DIR:-build-deploy}
+if [ ! -f "$build_dir/CMakeCache.txt" ]; then
+  cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DATTN_BUILD_TESTS=OFF >/dev/null
+fi
+cmake --build "$build_dir" -j"$(nproc)" --target attention-server attention-client >/dev/null
+echo "== starting $build_dir/bin/attention-server $*"
+exec "$build_dir/bin/attention-server" "$@"
