@@ -81,7 +81,15 @@ class AttentionClient:
         self.close()
 
     @staticmethod
-    def _masks(req, key_padding_mask, attn_bias, encoding):
+    def _fill(req, encoding, key=None, value=None, projections=None, key_padding_mask=None,
+              attn_bias=None):
+        """Sets the optional fields that the three requests share."""
+        if key is not None:
+            req.key.CopyFrom(to_tensor(key, encoding))
+        if value is not None:
+            req.value.CopyFrom(to_tensor(value, encoding))
+        for name, array in (projections or {}).items():
+            getattr(req.projections, name).CopyFrom(to_tensor(array, encoding))
         if key_padding_mask is not None:
             req.key_padding_mask.CopyFrom(
                 to_tensor(np.asarray(key_padding_mask, dtype=bool), encoding))
@@ -101,16 +109,9 @@ class AttentionClient:
         out_bias) in nn.Linear layout. Returns (output, weights or None)."""
         req = attention_pb2.AttentionRequest(query=to_tensor(query, encoding), model=model,
                                              causal=causal, return_weights=return_weights)
-        if key is not None:
-            req.key.CopyFrom(to_tensor(key, encoding))
-        if value is not None:
-            req.value.CopyFrom(to_tensor(value, encoding))
-        if projections:
-            for name, array in projections.items():
-                getattr(req.projections, name).CopyFrom(to_tensor(array, encoding))
         if scale is not None:
             req.scale = scale
-        self._masks(req, key_padding_mask, attn_bias, encoding)
+        self._fill(req, encoding, key, value, projections, key_padding_mask, attn_bias)
         return self._result(self.stub.Attention(req, timeout=self.timeout), return_weights)
 
     def cross_attention(self, decoder, encoder, *, model="", projections=None, causal=False,
@@ -120,12 +121,10 @@ class AttentionClient:
         req = attention_pb2.CrossAttentionRequest(
             decoder=to_tensor(decoder, encoding), encoder=to_tensor(encoder, encoding),
             model=model, causal=causal, return_weights=return_weights)
-        if projections:
-            for name, array in projections.items():
-                getattr(req.projections, name).CopyFrom(to_tensor(array, encoding))
         if scale is not None:
             req.scale = scale
-        self._masks(req, key_padding_mask, attn_bias, encoding)
+        self._fill(req, encoding, projections=projections, key_padding_mask=key_padding_mask,
+                   attn_bias=attn_bias)
         return self._result(self.stub.CrossAttention(req, timeout=self.timeout), return_weights)
 
     def multi_head_attention(self, query, key=None, value=None, *, model="", num_heads=0,
@@ -136,14 +135,7 @@ class AttentionClient:
         req = attention_pb2.MultiHeadAttentionRequest(
             query=to_tensor(query, encoding), model=model, num_heads=num_heads, causal=causal,
             return_weights=return_weights, per_head_weights=per_head_weights)
-        if key is not None:
-            req.key.CopyFrom(to_tensor(key, encoding))
-        if value is not None:
-            req.value.CopyFrom(to_tensor(value, encoding))
-        if projections:
-            for name, array in projections.items():
-                getattr(req.projections, name).CopyFrom(to_tensor(array, encoding))
-        self._masks(req, key_padding_mask, attn_bias, encoding)
+        self._fill(req, encoding, key, value, projections, key_padding_mask, attn_bias)
         return self._result(self.stub.MultiHeadAttention(req, timeout=self.timeout),
                             return_weights)
 

@@ -269,10 +269,22 @@ int main(int argc, char** argv) {
     scale = std::strtof(s.c_str(), &end);
     if (s.empty() || *end != '\0') return Fail("--scale: expected a number, got '" + s + "'");
   }
-  const bool causal = a.flags.count("--causal") > 0;
-  const bool weights = a.flags.count("--return-weights") > 0;
+  // The fields every request shares.
+  const auto shared = [&](auto* req) {
+    req->set_model(get("--model"));
+    req->set_causal(a.flags.count("--causal") > 0);
+    req->set_return_weights(a.flags.count("--return-weights") > 0);
+    if (masks.count("--key-padding-mask")) {
+      *req->mutable_key_padding_mask() = masks["--key-padding-mask"];
+    }
+    if (masks.count("--attn-bias")) *req->mutable_attn_bias() = masks["--attn-bias"];
+  };
+  const auto query_key_value = [&](auto* req) {
+    *req->mutable_query() = ToWire(in["--query"], enc);
+    if (in.count("--key")) *req->mutable_key() = ToWire(in["--key"], enc);
+    if (in.count("--value")) *req->mutable_value() = ToWire(in["--value"], enc);
+  };
   attention::v1::AttentionResponse resp;
-  grpc::Status st;
 
   if (a.command == "cross") {
     if (!in.count("--decoder") || !in.count("--encoder")) {
@@ -281,31 +293,17 @@ int main(int argc, char** argv) {
     attention::v1::CrossAttentionRequest req;
     *req.mutable_decoder() = ToWire(in["--decoder"], enc);
     *req.mutable_encoder() = ToWire(in["--encoder"], enc);
-    req.set_model(get("--model"));
-    req.set_causal(causal);
-    req.set_return_weights(weights);
+    shared(&req);
     if (scale) req.set_scale(*scale);
-    if (masks.count("--key-padding-mask"))
-      *req.mutable_key_padding_mask() = masks["--key-padding-mask"];
-    if (masks.count("--attn-bias")) *req.mutable_attn_bias() = masks["--attn-bias"];
-    st = client.CrossAttention(req, &resp, timeout);
-    return Report(st, resp, a);
+    return Report(client.CrossAttention(req, &resp, timeout), resp, a);
   }
   if (!in.count("--query")) return Fail(a.command + ": --query (or --random) is required");
   if (a.command == "attention") {
     attention::v1::AttentionRequest req;
-    *req.mutable_query() = ToWire(in["--query"], enc);
-    if (in.count("--key")) *req.mutable_key() = ToWire(in["--key"], enc);
-    if (in.count("--value")) *req.mutable_value() = ToWire(in["--value"], enc);
-    req.set_model(get("--model"));
-    req.set_causal(causal);
-    req.set_return_weights(weights);
+    query_key_value(&req);
+    shared(&req);
     if (scale) req.set_scale(*scale);
-    if (masks.count("--key-padding-mask"))
-      *req.mutable_key_padding_mask() = masks["--key-padding-mask"];
-    if (masks.count("--attn-bias")) *req.mutable_attn_bias() = masks["--attn-bias"];
-    st = client.Attention(req, &resp, timeout);
-    return Report(st, resp, a);
+    return Report(client.Attention(req, &resp, timeout), resp, a);
   }
   long long heads = 0;
   if (!ParseInt(get("--num-heads", "0"), 0, 1 << 20, &heads)) {
@@ -313,17 +311,9 @@ int main(int argc, char** argv) {
   }
   if (scale) return Fail("--scale: not a MultiHeadAttention field (scale is 1/sqrt(head_dim))");
   attention::v1::MultiHeadAttentionRequest req;
-  *req.mutable_query() = ToWire(in["--query"], enc);
-  if (in.count("--key")) *req.mutable_key() = ToWire(in["--key"], enc);
-  if (in.count("--value")) *req.mutable_value() = ToWire(in["--value"], enc);
-  req.set_model(get("--model"));
+  query_key_value(&req);
+  shared(&req);
   req.set_num_heads(static_cast<int32_t>(heads));
-  req.set_causal(causal);
-  req.set_return_weights(weights);
   req.set_per_head_weights(a.flags.count("--per-head-weights") > 0);
-  if (masks.count("--key-padding-mask"))
-    *req.mutable_key_padding_mask() = masks["--key-padding-mask"];
-  if (masks.count("--attn-bias")) *req.mutable_attn_bias() = masks["--attn-bias"];
-  st = client.MultiHeadAttention(req, &resp, timeout);
-  return Report(st, resp, a);
+  return Report(client.MultiHeadAttention(req, &resp, timeout), resp, a);
 }

@@ -25,19 +25,45 @@ StatusOr<TensorView> Decode(const attention::v1::Tensor& t, const std::string& f
   return d.view;
 }
 
-Status DecodeMasks(bool causal, bool has_kpm, const attention::v1::Tensor& kpm, bool has_bias,
-                   const attention::v1::Tensor& bias, const RequestLimits& limits,
-                   PreparedCall* call, AttentionMasks* masks) {
-  masks->causal = causal;
-  if (has_kpm) {
-    auto v = Decode(kpm, "key_padding_mask", DataType::kBool, limits, call);
-    if (!v.ok()) return v.status();
-    masks->key_padding_mask = *v;
+// The masks every request carries under the same field names.
+template <typename Request>
+Status DecodeMasks(const Request& req, const RequestLimits& limits, PreparedCall* call,
+                   AttentionMasks* masks) {
+  masks->causal = req.causal();
+  if (req.has_key_padding_mask()) {
+    auto m = Decode(req.key_padding_mask(), "key_padding_mask", DataType::kBool, limits, call);
+    if (!m.ok()) return m.status();
+    masks->key_padding_mask = *m;
   }
-  if (has_bias) {
-    auto v = Decode(bias, "attn_bias", DataType::kFloat32, limits, call);
+  if (req.has_attn_bias()) {
+    auto m = Decode(req.attn_bias(), "attn_bias", DataType::kFloat32, limits, call);
+    if (!m.ok()) return m.status();
+    masks->attn_bias = *m;
+  }
+  return Status::Ok();
+}
+
+// query, and key + value (both or neither: query alone is self-attention).
+// The response takes the query's encoding.
+template <typename Request>
+Status DecodeQueryKeyValue(const Request& req, const RequestLimits& limits, PreparedCall* call,
+                           TensorView* query, TensorView* key, TensorView* value) {
+  if (!req.has_query()) return Status::InvalidArgument("query: required");
+  if (req.has_key() != req.has_value()) {
+    return Status::InvalidArgument(
+        "key and value: set both or neither (query alone is self-attention), got only " +
+        std::string(req.has_key() ? "key" : "value"));
+  }
+  auto q = Decode(req.query(), "query", DataType::kFloat32, limits, call);
+  if (!q.ok()) return q.status();
+  call->encoding = call->tensors.back().encoding;
+  *query = *key = *value = *q;
+  if (req.has_key()) {
+    auto k = Decode(req.key(), "key", DataType::kFloat32, limits, call);
+    if (!k.ok()) return k.status();
+    auto v = Decode(req.value(), "value", DataType::kFloat32, limits, call);
     if (!v.ok()) return v.status();
-    masks->attn_bias = *v;
+    *key = *k, *value = *v;
   }
   return Status::Ok();
 }
@@ -159,26 +185,10 @@ Status SingleHeadOnly(const ResolvedProjections& proj, const std::string& model,
 
 Status PrepareAttention(const attention::v1::AttentionRequest& req, const ModelRegistry& models,
                         const RequestLimits& limits, PreparedCall* call) {
-  if (!req.has_query()) return Status::InvalidArgument("query: required");
-  if (req.has_key() != req.has_value()) {
-    return Status::InvalidArgument(
-        "key and value: set both or neither (query alone is self-attention), got only " +
-        std::string(req.has_key() ? "key" : "value"));
-  }
-  auto q = Decode(req.query(), "query", DataType::kFloat32, limits, call);
-  if (!q.ok()) return q.status();
-  call->encoding = call->tensors.back().encoding;
-  TensorView k = *q, v = *q;
-  if (req.has_key()) {
-    auto kd = Decode(req.key(), "key", DataType::kFloat32, limits, call);
-    if (!kd.ok()) return kd.status();
-    auto vd = Decode(req.value(), "value", DataType::kFloat32, limits, call);
-    if (!vd.ok()) return vd.status();
-    k = *kd, v = *vd;
-  }
+  TensorView q, k, v;
+  ATTN_RETURN_IF_ERROR(DecodeQueryKeyValue(req, limits, call, &q, &k, &v));
   AttentionMasks masks;
-  ATTN_RETURN_IF_ERROR(DecodeMasks(req.causal(), req.has_key_padding_mask(), req.key_padding_mask(),
-                                   req.has_attn_bias(), req.attn_bias(), limits, call, &masks));
+  ATTN_RETURN_IF_ERROR(DecodeMasks(req, limits, call, &masks));
   ResolvedProjections proj;
   ATTN_RETURN_IF_ERROR(ResolveProjections(req.model(), req.has_projections(), req.projections(),
                                           models, limits, call, &proj));
@@ -192,17 +202,17 @@ Status PrepareAttention(const attention::v1::AttentionRequest& req, const ModelR
     opt.masks = masks;
     opt.scale = scale;
     opt.need_weights = req.return_weights();
-    return PrepareMha(*q, k, v, opt, limits, call);
+    return PrepareMha(q, k, v, opt, limits, call);
   }
   ScaledDotProductAttentionOptions opt;
   opt.masks = masks;
   opt.scale = scale;
   opt.need_weights = req.return_weights();
-  auto cost = EstimateScaledDotProductAttention(*q, k, v, opt);
+  auto cost = EstimateScaledDotProductAttention(q, k, v, opt);
   if (!cost.ok()) return cost.status();
   ATTN_RETURN_IF_ERROR(CheckLimits(*cost, limits));
   call->cost = *cost;
-  call->compute = [q = *q, k, v, opt](int threads) mutable {
+  call->compute = [q, k, v, opt](int threads) mutable {
     opt.num_threads = threads;
     return ScaledDotProductAttention(q, k, v, opt);
   };
@@ -220,8 +230,7 @@ Status PrepareCrossAttention(const attention::v1::CrossAttentionRequest& req,
   auto enc = Decode(req.encoder(), "encoder", DataType::kFloat32, limits, call);
   if (!enc.ok()) return enc.status();
   AttentionMasks masks;
-  ATTN_RETURN_IF_ERROR(DecodeMasks(req.causal(), req.has_key_padding_mask(), req.key_padding_mask(),
-                                   req.has_attn_bias(), req.attn_bias(), limits, call, &masks));
+  ATTN_RETURN_IF_ERROR(DecodeMasks(req, limits, call, &masks));
   ResolvedProjections proj;
   ATTN_RETURN_IF_ERROR(ResolveProjections(req.model(), req.has_projections(), req.projections(),
                                           models, limits, call, &proj));
@@ -241,26 +250,10 @@ Status PrepareCrossAttention(const attention::v1::CrossAttentionRequest& req,
 Status PrepareMultiHeadAttention(const attention::v1::MultiHeadAttentionRequest& req,
                                  const ModelRegistry& models, const RequestLimits& limits,
                                  PreparedCall* call) {
-  if (!req.has_query()) return Status::InvalidArgument("query: required");
-  if (req.has_key() != req.has_value()) {
-    return Status::InvalidArgument(
-        "key and value: set both or neither (query alone is self-attention), got only " +
-        std::string(req.has_key() ? "key" : "value"));
-  }
-  auto q = Decode(req.query(), "query", DataType::kFloat32, limits, call);
-  if (!q.ok()) return q.status();
-  call->encoding = call->tensors.back().encoding;
-  TensorView k = *q, v = *q;
-  if (req.has_key()) {
-    auto kd = Decode(req.key(), "key", DataType::kFloat32, limits, call);
-    if (!kd.ok()) return kd.status();
-    auto vd = Decode(req.value(), "value", DataType::kFloat32, limits, call);
-    if (!vd.ok()) return vd.status();
-    k = *kd, v = *vd;
-  }
+  TensorView q, k, v;
+  ATTN_RETURN_IF_ERROR(DecodeQueryKeyValue(req, limits, call, &q, &k, &v));
   AttentionMasks masks;
-  ATTN_RETURN_IF_ERROR(DecodeMasks(req.causal(), req.has_key_padding_mask(), req.key_padding_mask(),
-                                   req.has_attn_bias(), req.attn_bias(), limits, call, &masks));
+  ATTN_RETURN_IF_ERROR(DecodeMasks(req, limits, call, &masks));
   ResolvedProjections proj;
   ATTN_RETURN_IF_ERROR(ResolveProjections(req.model(), req.has_projections(), req.projections(),
                                           models, limits, call, &proj));
@@ -287,7 +280,7 @@ Status PrepareMultiHeadAttention(const attention::v1::MultiHeadAttentionRequest&
   opt.masks = masks;
   opt.need_weights = req.return_weights();
   opt.average_weights = !req.per_head_weights();
-  return PrepareMha(*q, k, v, opt, limits, call);
+  return PrepareMha(q, k, v, opt, limits, call);
 }
 
 Status EncodeResponse(const AttentionResult& result, Encoding encoding, const RequestLimits& limits,
