@@ -340,6 +340,24 @@ TEST_P(ServerTest, ListModelsDescribesEachModel) {
   EXPECT_EQ(by_name["mha_cross_kdim_vdim_bias4d"].num_heads(), 2);
 }
 
+TEST_P(ServerTest, TrailingMetadataSplitsQueueAndComputeTime) {
+  auto stub = attention::v1::AttentionService::NewStub(ChannelTo(*SharedServers().demo, GetParam()));
+  MultiHeadAttentionRequest req;
+  *req.mutable_query() = client::ToWire(RandomArray({2, 64, 512}, 21), Encoding::kData);
+  req.set_model("demo-mha");
+  grpc::ClientContext ctx;
+  AttentionResponse resp;
+  ASSERT_TRUE(stub->MultiHeadAttention(&ctx, req, &resp).ok());
+  const auto& md = ctx.GetServerTrailingMetadata();
+  auto number = [&](const char* key) -> long long {
+    auto it = md.find(key);
+    if (it == md.end()) return -1;
+    return std::stoll(std::string(it->second.data(), it->second.size()));
+  };
+  EXPECT_GE(number("attn-queue-us"), 0);
+  EXPECT_GT(number("attn-compute-us"), 0) << "2x64x512 through demo-mha takes time";
+}
+
 TEST_P(ServerTest, HealthIsServing) {
   std::string status;
   ASSERT_TRUE(Demo().Health("", &status).ok());

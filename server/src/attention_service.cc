@@ -56,6 +56,7 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Handle(const char* rpc,
   const RequestLimits limits = limits_;
   const bool queued =
       scheduler_->Submit(threads, [rpc, ctx, reactor, resp, call, limits, start](int granted) {
+        const auto began = Clock::now();
         Status result;
         try {
           auto out = call->compute(granted);
@@ -63,6 +64,12 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Handle(const char* rpc,
         } catch (const std::exception& e) {  // core throws nothing; this is a last guard
           result = Status::Internal(std::string("unexpected error: ") + e.what());
         }
+        // Where the time went, for load testers: waiting for a CPU, computing.
+        const auto us = [](Clock::duration d) {
+          return std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
+        };
+        ctx->AddTrailingMetadata("attn-queue-us", us(began - start));
+        ctx->AddTrailingMetadata("attn-compute-us", us(Clock::now() - began));
         LogCall(rpc, ctx, *call, result, start);
         reactor->Finish(ToGrpcStatus(result));
       });
