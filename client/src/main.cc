@@ -7,8 +7,10 @@
 //   attention-client mha --model demo-mha --random 2,16 --return-weights
 //
 // Run with --help for every flag.
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <random>
 #include <set>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "attention_client.h"
+#include "bench.h"
 #include "host_array.h"
 
 namespace {
@@ -27,6 +30,7 @@ const char* kUsage = R"(usage: attention-client COMMAND [flags]
 
 commands:
   health       grpc.health.v1 Check; exit 0 when SERVING   [--service NAME]
+  bench        load test (see attention-client bench --help)
   models       list the server's models
   attention    scaled dot-product attention (query alone: self-attention)
   cross        cross-attention: --decoder and --encoder, with --model
@@ -155,11 +159,47 @@ int Report(const grpc::Status& st, const attention::v1::AttentionResponse& resp,
 
 }  // namespace
 
+std::atomic<bool> g_interrupted{false};
+
+extern "C" void OnInterrupt(int /*sig*/) { g_interrupted = true; }
+
+// attention-client bench: exit 0 when every call succeeded (and verified),
+// 1 when set-up failed or calls failed, 2 for bad flags.
+int Bench(int argc, char** argv) {
+  bool help = false;
+  auto config =
+      attn::client::ParseBenchFlags(std::vector<std::string>(argv + 2, argv + argc), &help);
+  if (help) {
+    std::fputs(attn::client::BenchUsage().c_str(), stdout);
+    return 0;
+  }
+  if (!config.ok()) return Fail(config.status().message());
+  struct sigaction sa = {};
+  sa.sa_handler = OnInterrupt;
+  sigaction(SIGINT, &sa, nullptr);  // Ctrl-C: stop, print the partial report
+  auto report = attn::client::RunBench(*config, &g_interrupted);
+  if (!report.ok()) return Fail(report.status().message(), 1);
+  std::fputs(attn::client::ReportToText(*report).c_str(), stdout);
+  for (const auto& [path, text] :
+       {std::pair{config->json_path, attn::client::ReportToJson(*report)},
+        std::pair{config->csv_path, attn::client::ReportToCsv(*report)}}) {
+    if (path.empty()) continue;
+    std::ofstream out(path);
+    out << text;
+    if (!out) return Fail("cannot write " + path, 1);
+  }
+  for (const auto& level : report->levels) {
+    if (!level.errors.empty() || level.mismatches > 0) return 1;
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc >= 2 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
     std::fputs(kUsage, stdout);
     return 0;
   }
+  if (argc >= 2 && std::string(argv[1]) == "bench") return Bench(argc, argv);
   Args a;
   std::string error;
   if (!ParseArgs(argc, argv, &a, &error)) return Fail(error);
