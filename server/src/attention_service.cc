@@ -54,26 +54,30 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Handle(const char* rpc,
   }
   const int threads = call->cost.flops < kParallelFlops ? 1 : scheduler_->cpus();
   const RequestLimits limits = limits_;
-  const bool queued =
-      scheduler_->Submit(threads, [rpc, ctx, reactor, resp, call, limits, start](int granted) {
-        const auto began = Clock::now();
-        Status result;
-        try {
-          auto out = call->compute(granted);
-          result = out.ok() ? EncodeResponse(*out, call->encoding, limits, resp) : out.status();
-        } catch (const std::exception& e) {  // core throws nothing; this is a last guard
-          result = Status::Internal(std::string("unexpected error: ") + e.what());
-        }
-        // Where the time went, for load testers: waiting for a CPU, computing.
-        const auto us = [](Clock::duration d) {
-          return std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
-        };
-        ctx->AddTrailingMetadata("attn-queue-us", us(began - start));
-        ctx->AddTrailingMetadata("attn-compute-us", us(Clock::now() - began));
-        LogCall(rpc, ctx, *call, result, start);
-        reactor->Finish(ToGrpcStatus(result));
-      });
-  if (!queued) {
+  auto run = [rpc, ctx, reactor, resp, call, limits, start](int granted) {
+    const auto began = Clock::now();
+    Status result;
+    try {
+      auto out = call->compute(granted);
+      result = out.ok() ? EncodeResponse(*out, call->encoding, limits, resp) : out.status();
+    } catch (const std::exception& e) {  // core throws nothing; this is a last guard
+      result = Status::Internal(std::string("unexpected error: ") + e.what());
+    }
+    // Where the time went, for load testers: waiting for a CPU, computing.
+    const auto us = [](Clock::duration d) {
+      return std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
+    };
+    ctx->AddTrailingMetadata("attn-queue-us", us(began - start));
+    ctx->AddTrailingMetadata("attn-compute-us", us(Clock::now() - began));
+    LogCall(rpc, ctx, *call, result, start);
+    reactor->Finish(ToGrpcStatus(result));
+  };
+  // A small call with a free CPU runs right here, on gRPC's thread; anything
+  // else waits its turn on a compute worker.
+  if (threads == 1 && scheduler_->TryAcquire(1)) {
+    run(1);
+    scheduler_->Release(1);
+  } else if (!scheduler_->Submit(threads, std::move(run))) {
     st = Status::ResourceExhausted("server: the compute queue is full; retry later");
     LogCall(rpc, ctx, *call, st, start);
     reactor->Finish(ToGrpcStatus(st));

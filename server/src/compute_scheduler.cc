@@ -29,6 +29,24 @@ bool ComputeScheduler::Submit(int threads, std::function<void(int)> job) {
   return true;
 }
 
+bool ComputeScheduler::TryAcquire(int threads) {
+  std::lock_guard<std::mutex> lock(mu_);
+  threads = std::clamp(threads, 1, cpus_);
+  if (!queue_.empty() || free_tokens_ < threads || stopping_) return false;
+  free_tokens_ -= threads;
+  ++running_;
+  return true;
+}
+
+void ComputeScheduler::Release(int threads) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_tokens_ += std::clamp(threads, 1, cpus_);
+    --running_;
+  }
+  cv_.notify_all();
+}
+
 int ComputeScheduler::queued() const {
   std::lock_guard<std::mutex> lock(mu_);
   return static_cast<int>(queue_.size());
