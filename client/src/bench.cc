@@ -443,22 +443,34 @@ class LevelRun {
   }
   static void Sleep() { std::this_thread::sleep_for(std::chrono::milliseconds(5)); }
 
-  // Starts one call, unless stopping, at the cap (open loop), or past
-  // --requests.
-  void Issue() {
-    if (stopping_) return;
+  // Creates the next call under mu_, unless stopping or past --requests.
+  // The caller has a slot for it in in_flight_.
+  std::shared_ptr<Call> NextCallLocked() {
+    if (stopping_) return nullptr;
     auto call = std::make_shared<Call>();
+    call->measured = measuring_;
+    if (call->measured) {
+      if (c_.requests > 0 && measured_issued_ >= c_.requests) return nullptr;
+      call->index = measured_issued_++;
+    }
+    live_.insert(call.get());
+    return call;
+  }
+
+  // Starts a call in a new slot (the first calls, and open loop).
+  void Issue() {
+    std::shared_ptr<Call> call;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (in_flight_ >= concurrency_) return;  // only reachable in open loop
-      call->measured = measuring_;
-      if (call->measured) {
-        if (c_.requests > 0 && measured_issued_ >= c_.requests) return;
-        call->index = measured_issued_++;
-      }
+      call = NextCallLocked();
+      if (!call) return;
       ++in_flight_;
-      live_.insert(call.get());
     }
+    Start(call);
+  }
+
+  void Start(const std::shared_ptr<Call>& call) {
     call->ctx.set_deadline(std::chrono::system_clock::now() +
                            std::chrono::microseconds(static_cast<int64_t>(c_.timeout_s * 1e6)));
     const size_t conn = next_conn_++ % stubs_.size();
@@ -475,6 +487,9 @@ class LevelRun {
     }
   }
 
+  // Records a finished call. In closed loop its slot passes straight to the
+  // next call; only when no call follows does in_flight_ drop, and that is
+  // the last use of `this` (Run() may return right after).
   void Finished(const std::shared_ptr<Call>& call, const grpc::Status& st) {
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - call->start).count();
     double queue_ms = -1, compute_ms = -1;
@@ -495,6 +510,7 @@ class LevelRun {
       auto got = FromWire(call->resp.output(), "output");
       mismatch = !got.ok() || got->shape != w_.expected->shape || !Close(*got, *w_.expected);
     }
+    std::shared_ptr<Call> next;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (call->measured && !(cancelled_ && st.error_code() == grpc::StatusCode::CANCELLED)) {
@@ -513,11 +529,15 @@ class LevelRun {
         mismatches_ += mismatch;
         last_done_ = Clock::now();
       }
-      --in_flight_;
       live_.erase(call.get());
-      if (in_flight_ == 0) drained_.notify_all();
+      if (c_.rps <= 0) next = NextCallLocked();  // closed loop: reuse the slot
+      if (!next) {
+        --in_flight_;
+        if (in_flight_ == 0) drained_.notify_all();
+        return;
+      }
     }
-    if (c_.rps <= 0) Issue();  // closed loop: the next call replaces this one
+    Start(next);  // our slot is still counted, so Run() is still waiting
   }
 
   static bool Close(const HostArray& got, const HostArray& want) {
@@ -757,11 +777,12 @@ std::string ReportToJson(const BenchReport& r) {
       o << (first ? "" : ", ") << JsonString(code) << ": " << n;
       first = false;
     }
-    o << "}, \"first_error\": " << JsonString(l.first_error) << ", \"rps\": " << Num(l.rps, 3) << ", \"gflops\": " << Num(l.gflops, 4)
-      << ", \"latency_ms\": {\"min\": " << Num(l.min_ms, 4) << ", \"mean\": " << Num(l.mean_ms, 4)
-      << ", \"p50\": " << Num(l.p50_ms, 4) << ", \"p90\": " << Num(l.p90_ms, 4)
-      << ", \"p95\": " << Num(l.p95_ms, 4) << ", \"p99\": " << Num(l.p99_ms, 4)
-      << ", \"max\": " << Num(l.max_ms, 4) << "}, \"histogram\": [";
+    o << "}, \"first_error\": " << JsonString(l.first_error) << ", \"rps\": " << Num(l.rps, 3)
+      << ", \"gflops\": " << Num(l.gflops, 4) << ", \"latency_ms\": {\"min\": " << Num(l.min_ms, 4)
+      << ", \"mean\": " << Num(l.mean_ms, 4) << ", \"p50\": " << Num(l.p50_ms, 4)
+      << ", \"p90\": " << Num(l.p90_ms, 4) << ", \"p95\": " << Num(l.p95_ms, 4)
+      << ", \"p99\": " << Num(l.p99_ms, 4) << ", \"max\": " << Num(l.max_ms, 4)
+      << "}, \"histogram\": [";
     for (size_t j = 0; j < l.histogram.size(); ++j) {
       o << (j ? ", " : "") << "{\"le_ms\": " << Num(l.histogram[j].first, 4)
         << ", \"count\": " << l.histogram[j].second << "}";

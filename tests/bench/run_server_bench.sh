@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The server benchmark of issue 4, all rows in one run on this machine:
+#   1. gRPC's ceiling: --op health at concurrency 32
+#   2. small requests: MHA B=1, L=16, E=64, H=4 at concurrency 32
+#   3. large requests: MHA B=8, L=512, E=512, H=8 at concurrency 2, against
+#      the same work in-process (attention-core-bench)
+#   4. rows 2 and 3 against a Python grpcio + PyTorch 1.13 server
+# Both servers get 2 threads. Writes OUT_DIR/*.json and OUT_DIR/server_bench.md.
+#   tests/bench/run_server_bench.sh [BUILD_DIR] [OUT_DIR] [SECONDS]
+# Run by hand on an idle machine (needs python3-torch for row 4).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+build=${1:-build}
+out=${2:-$build/server-bench}
+secs=${3:-10}
+mkdir -p "$out"
+client="$build/bin/attention-client"
+free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+wait_ready() { for _ in $(seq 1 300); do "$client" health --target "127.0.0.1:$1" --timeout-ms 200 >/dev/null 2>&1 && return 0; sleep 0.1; done; return 1; }
+bench() {  # name port args...
+  local name=$1 port=$2; shift 2
+  echo "== $name" >&2
+  "$client" bench --target "127.0.0.1:$port" --no-progress --warmup 2s --duration "${secs}s" \
+    --json "$out/$name.json" "$@" >&2
+}
+
+port=$(free_port)
+"$build/bin/attention-server" --host 127.0.0.1 --port "$port" --threads 2 >"$out/server.log" 2>&1 &
+spid=$!
+trap 'kill $spid ${tpid:-} 2>/dev/null || true' EXIT
+wait_ready "$port"
+bench health "$port" --op health --concurrency 32
+bench small "$port" --op mha --model demo-mha-small --seq-q 16 --concurrency 32
+bench large "$port" --op mha --model demo-mha --batch 8 --seq-q 512 --concurrency 2
+kill $spid; wait $spid 2>/dev/null || true
+"$build/bin/attention-core-bench" --benchmark_filter='BM_Mha/B:8/L:512/' --benchmark_min_time=3 \
+  --benchmark_out="$out/inprocess.json" --benchmark_out_format=json >&2
+
+if /usr/bin/python3 -c "import torch, grpc" 2>/dev/null; then
+  stubs=$(mktemp -d)
+  "$root/client/python/generate_stubs.sh" "$stubs" >/dev/null
+  tport=$(free_port)
+  PYTHONPATH=$stubs OPENBLAS_CORETYPE=SkylakeX /usr/bin/python3 "$here/torch_server.py" \
+    --port "$tport" --threads 2 >"$out/torch_server.log" 2>&1 &
+  tpid=$!
+  wait_ready "$tport"
+  bench torch_small "$tport" --op mha --model demo-mha-small --seq-q 16 --concurrency 32
+  bench torch_large "$tport" --op mha --model demo-mha --batch 8 --seq-q 512 --concurrency 2
+  kill $tpid
+fi
+/usr/bin/python3 "$here/summarize_server_bench.py" "$out" | tee "$out/server_bench.md"
