@@ -401,6 +401,22 @@ TEST(SdpaErrors, OverflowingShapeIsRefusedBeforeAllocating) {
                 "query: element count of [1099511627776, 1099511627776, 2] overflows int64");
 }
 
+TEST(SdpaErrors, EmptyTensorWithOverflowingDimsIsRefused) {
+  // Found by fuzzing the server under UBSan: no elements, but Lq * Dv
+  // overflowed in the output strides.
+  const int64_t huge = int64_t{1} << 40;
+  ExpectInvalid(ScaledDotProductAttention(TensorView::Dense(nullptr, {0, huge, huge}),
+                                          TensorView::Dense(nullptr, {0, 2, huge}),
+                                          TensorView::Dense(nullptr, {0, 2, huge})),
+                "query: element count of [0, 1099511627776, 1099511627776] overflows int64");
+  // Zero-size tensors whose other dims are sane are fine (an empty result).
+  auto r = ScaledDotProductAttention(TensorView::Dense(nullptr, {0, 3, 4}),
+                                     TensorView::Dense(nullptr, {0, 2, 4}),
+                                     TensorView::Dense(nullptr, {0, 2, 5}));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->output.shape, (Shape{0, 3, 5}));
+}
+
 TEST(SdpaErrors, MasksAndScale) {
   std::vector<float> x(2 * 4 * 8, 0.5f);
   std::vector<uint8_t> kpm(16, 0);

@@ -27,19 +27,27 @@ std::string ShapeToString(const Shape& shape) {
 }
 
 StatusOr<int64_t> CheckedNumElements(const Shape& shape, const std::string& what) {
-  int64_t n = 1;
+  // The product of the non-zero dims must fit too: an empty tensor such as
+  // [0, 2^40, 2^40] has no elements, but products of its other dims (strides,
+  // row counts) would still overflow.
+  int64_t nonzero = 1;
+  bool empty = false;
   for (int64_t d : shape) {
     if (d < 0) {
       return Status::InvalidArgument(what + ": dims must be non-negative, got " +
                                      ShapeToString(shape));
     }
-    if (d != 0 && n > std::numeric_limits<int64_t>::max() / d) {
+    if (d == 0) {
+      empty = true;
+      continue;
+    }
+    if (nonzero > std::numeric_limits<int64_t>::max() / d) {
       return Status::InvalidArgument(what + ": element count of " + ShapeToString(shape) +
                                      " overflows int64");
     }
-    n *= d;
+    nonzero *= d;
   }
-  return n;
+  return empty ? 0 : nonzero;
 }
 
 Shape DenseStrides(const Shape& shape) {

@@ -30,9 +30,10 @@ using Shape = std::vector<int64_t>;
 // "[2, 5, 64]"
 std::string ShapeToString(const Shape& shape);
 
-// Product of dims, or an error if a dim is negative or the product overflows
-// int64 (a hostile shape must never turn into a huge allocation). `what` names
-// the tensor in the message.
+// Product of dims, or an error if a dim is negative or the product of the
+// non-zero dims overflows int64 (a hostile shape must never turn into a huge
+// allocation, nor overflow a stride of an empty tensor). `what` names the
+// tensor in the message.
 StatusOr<int64_t> CheckedNumElements(const Shape& shape, const std::string& what);
 
 // Row-major strides for `shape`, in elements (saturating at INT64_MAX).
