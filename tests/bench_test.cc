@@ -11,6 +11,7 @@
 
 #include "attention_server.h"
 #include "attn/json.h"
+#include "test_server.h"
 
 namespace attn {
 namespace {
@@ -60,14 +61,10 @@ TEST(BenchFlags, BadValuesAreRejectedWithTheFlag) {
 }
 
 TEST(BenchRun, ShortLoopbackRunGivesACompleteJsonReport) {
-  server::ServerConfig cfg;
-  cfg.host = "127.0.0.1";
-  cfg.port = 0;
-  cfg.log_level = "off";
-  auto s = server::AttentionServer::Start(cfg);
-  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  auto s = attn_test::StartTestServer();
+  ASSERT_NE(s, nullptr);
   client::BenchConfig c;
-  c.target = "127.0.0.1:" + std::to_string((*s)->port());
+  c.target = attn_test::Target(*s);
   c.op = "mha";
   c.model = "demo-mha-small";
   c.seq_q = c.seq_k = 16;
@@ -121,14 +118,10 @@ TEST(BenchRun, UnreachableTargetIsASetUpError) {
 }
 
 TEST(BenchRun, InterruptStopsEarlyWithAPartialReport) {
-  server::ServerConfig cfg;
-  cfg.host = "127.0.0.1";
-  cfg.port = 0;
-  cfg.log_level = "off";
-  auto s = server::AttentionServer::Start(cfg);
-  ASSERT_TRUE(s.ok());
+  auto s = attn_test::StartTestServer();
+  ASSERT_NE(s, nullptr);
   client::BenchConfig c;
-  c.target = "127.0.0.1:" + std::to_string((*s)->port());
+  c.target = attn_test::Target(*s);
   c.op = "health";
   c.concurrency = {2, 4};
   c.duration_s = 60;

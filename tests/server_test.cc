@@ -18,6 +18,7 @@
 #include "host_array.h"
 #include "reflection_list_services.pb.h"
 #include "tensor_compare.h"
+#include "test_server.h"
 
 namespace attn {
 namespace {
@@ -41,13 +42,9 @@ struct Servers {
 Servers& SharedServers() {
   static Servers* s = [] {
     auto* servers = new Servers();
-    server::ServerConfig c;
-    c.host = "127.0.0.1";
-    c.port = 0;
-    c.log_level = "off";
-    servers->demo = std::move(*server::AttentionServer::Start(c));
-    c.model_dir = kGoldenDir + "/models";
-    servers->golden = std::move(*server::AttentionServer::Start(c));
+    servers->demo = attn_test::StartTestServer();
+    servers->golden = attn_test::StartTestServer(
+        [](server::ServerConfig& c) { c.model_dir = kGoldenDir + "/models"; });
     return servers;
   }();
   return *s;
@@ -341,7 +338,8 @@ TEST_P(ServerTest, ListModelsDescribesEachModel) {
 }
 
 TEST_P(ServerTest, TrailingMetadataSplitsQueueAndComputeTime) {
-  auto stub = attention::v1::AttentionService::NewStub(ChannelTo(*SharedServers().demo, GetParam()));
+  auto stub =
+      attention::v1::AttentionService::NewStub(ChannelTo(*SharedServers().demo, GetParam()));
   MultiHeadAttentionRequest req;
   *req.mutable_query() = client::ToWire(RandomArray({2, 64, 512}, 21), Encoding::kData);
   req.set_model("demo-mha");
@@ -653,17 +651,14 @@ TEST_P(ServerTest, BadInputGetsTheRightCodeAndNamesTheField) {
 }
 
 TEST(ServerLimits, OverLimitRequestsAreResourceExhausted) {
-  server::ServerConfig cfg;
-  cfg.host = "127.0.0.1";
-  cfg.port = 0;
-  cfg.log_level = "off";
-  cfg.limits.max_message_bytes = 1 << 20;
-  cfg.limits.max_attention_work = 1e8;
-  cfg.limits.max_projection_elements = 100;
-  cfg.limits.max_request_memory_bytes = 2 << 20;
-  auto s = server::AttentionServer::Start(cfg);
-  ASSERT_TRUE(s.ok()) << s.status().ToString();
-  client::AttentionClient c(client::Connect("127.0.0.1:" + std::to_string((*s)->port()), {4}));
+  auto s = attn_test::StartTestServer([](server::ServerConfig& cfg) {
+    cfg.limits.max_message_bytes = 1 << 20;
+    cfg.limits.max_attention_work = 1e8;
+    cfg.limits.max_projection_elements = 100;
+    cfg.limits.max_request_memory_bytes = 2 << 20;
+  });
+  ASSERT_NE(s, nullptr);
+  client::AttentionClient c(client::Connect(attn_test::Target(*s), {4}));
   auto expect = [&](const grpc::Status& st, const std::string& msg) {
     EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
     EXPECT_NE(st.error_message().find(msg), std::string::npos) << st.error_message();

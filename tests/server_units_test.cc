@@ -62,8 +62,9 @@ TEST(ServerConfig, BadValuesNameTheFlag) {
   expect(Parse({"--port"}), "--port: missing value");
   expect(Parse({}, {{"ATTN_MAX_MESSAGE_MB", "lots"}}), "ATTN_MAX_MESSAGE_MB (--max-message-mb:");
   bool help = false;
-  EXPECT_TRUE(
-      server::ParseServerConfig({"--help"}, [](const char*) { return nullptr; }, &help).ok());
+  EXPECT_TRUE(server::ParseServerConfig(
+                  {"--help"}, [](const char*) { return nullptr; }, &help)
+                  .ok());
   EXPECT_TRUE(help);
   EXPECT_NE(server::ServerUsage().find("ATTN_MODEL_DIR"), std::string::npos);
 }

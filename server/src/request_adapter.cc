@@ -137,6 +137,17 @@ Status ResolveProjections(const std::string& model, bool has_inline, const Proje
   return Status::Ok();
 }
 
+// The masks and the projections, which every request carries under the
+// same field names.
+template <typename Request>
+Status DecodeMasksAndProjections(const Request& req, const ModelRegistry& models,
+                                 const RequestLimits& limits, PreparedCall* call,
+                                 AttentionMasks* masks, ResolvedProjections* proj) {
+  ATTN_RETURN_IF_ERROR(DecodeMasks(req, limits, call, masks));
+  return ResolveProjections(req.model(), req.has_projections(), req.projections(), models, limits,
+                            call, proj);
+}
+
 Status CheckLimits(const AttentionCost& c, const RequestLimits& l) {
   if (c.work > l.max_attention_work) {
     return Status::ResourceExhausted("request: attention work B*H*Lq*Lk*D = " + Num(c.work) +
@@ -188,10 +199,8 @@ Status PrepareAttention(const attention::v1::AttentionRequest& req, const ModelR
   TensorView q, k, v;
   ATTN_RETURN_IF_ERROR(DecodeQueryKeyValue(req, limits, call, &q, &k, &v));
   AttentionMasks masks;
-  ATTN_RETURN_IF_ERROR(DecodeMasks(req, limits, call, &masks));
   ResolvedProjections proj;
-  ATTN_RETURN_IF_ERROR(ResolveProjections(req.model(), req.has_projections(), req.projections(),
-                                          models, limits, call, &proj));
+  ATTN_RETURN_IF_ERROR(DecodeMasksAndProjections(req, models, limits, call, &masks, &proj));
   std::optional<float> scale;
   if (req.has_scale()) scale = req.scale();
 
@@ -230,10 +239,8 @@ Status PrepareCrossAttention(const attention::v1::CrossAttentionRequest& req,
   auto enc = Decode(req.encoder(), "encoder", DataType::kFloat32, limits, call);
   if (!enc.ok()) return enc.status();
   AttentionMasks masks;
-  ATTN_RETURN_IF_ERROR(DecodeMasks(req, limits, call, &masks));
   ResolvedProjections proj;
-  ATTN_RETURN_IF_ERROR(ResolveProjections(req.model(), req.has_projections(), req.projections(),
-                                          models, limits, call, &proj));
+  ATTN_RETURN_IF_ERROR(DecodeMasksAndProjections(req, models, limits, call, &masks, &proj));
   if (!proj.present) {
     return Status::InvalidArgument(
         "model or projections: CrossAttention needs one (the query, key and value weights)");
@@ -253,10 +260,8 @@ Status PrepareMultiHeadAttention(const attention::v1::MultiHeadAttentionRequest&
   TensorView q, k, v;
   ATTN_RETURN_IF_ERROR(DecodeQueryKeyValue(req, limits, call, &q, &k, &v));
   AttentionMasks masks;
-  ATTN_RETURN_IF_ERROR(DecodeMasks(req, limits, call, &masks));
   ResolvedProjections proj;
-  ATTN_RETURN_IF_ERROR(ResolveProjections(req.model(), req.has_projections(), req.projections(),
-                                          models, limits, call, &proj));
+  ATTN_RETURN_IF_ERROR(DecodeMasksAndProjections(req, models, limits, call, &masks, &proj));
   if (!proj.present) {
     return Status::InvalidArgument(
         "model or projections: MultiHeadAttention needs one (the in/out projection weights)");
