@@ -20,14 +20,19 @@ double MillisSince(Clock::time_point start) {
 
 void LogCall(const char* rpc, grpc::CallbackServerContext* ctx, const PreparedCall& call,
              const Status& st, Clock::time_point start) {
+  // Arguments are evaluated before spdlog decides, so check first: building
+  // the shapes and the peer costs more than a small call's compute.
+  const auto level = st.ok() ? spdlog::level::debug : spdlog::level::warn;
+  if (!spdlog::should_log(level)) return;
   const double ms = MillisSince(start);
+  const std::string model = call.model.empty() ? "-" : call.model;
   if (st.ok()) {
-    spdlog::debug("rpc={} model={} shapes=\"{}\" code=OK latency_ms={:.3f} peer={}", rpc,
-                  call.model.empty() ? "-" : call.model, call.shapes, ms, ctx->peer());
+    spdlog::debug("rpc={} model={} shapes=\"{}\" code=OK latency_ms={:.3f} peer={}", rpc, model,
+                  call.Shapes(), ms, ctx->peer());
   } else {
     spdlog::warn("rpc={} model={} shapes=\"{}\" code={} latency_ms={:.3f} peer={} reason=\"{}\"",
-                 rpc, call.model.empty() ? "-" : call.model, call.shapes, StatusCodeName(st.code()),
-                 ms, ctx->peer(), st.message());
+                 rpc, model, call.Shapes(), StatusCodeName(st.code()), ms, ctx->peer(),
+                 st.message());
   }
 }
 

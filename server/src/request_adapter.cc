@@ -20,8 +20,7 @@ StatusOr<TensorView> Decode(const attention::v1::Tensor& t, const std::string& f
   call->tensors.emplace_back();
   DecodedTensor& d = call->tensors.back();
   ATTN_RETURN_IF_ERROR(DecodeTensor(t, field, dtype, limits.max_tensor_elements, &d));
-  if (!call->shapes.empty()) call->shapes += ' ';
-  call->shapes += field + ShapeToString(d.view.shape);
+  call->fields.push_back(field);
   return d.view;
 }
 
@@ -193,6 +192,17 @@ Status SingleHeadOnly(const ResolvedProjections& proj, const std::string& model,
 }
 
 }  // namespace
+
+std::string PreparedCall::Shapes() const {
+  std::string s;
+  size_t i = 0;
+  for (const DecodedTensor& t : tensors) {
+    if (i >= fields.size()) break;
+    if (!s.empty()) s += ' ';
+    s += fields[i++] + ShapeToString(t.view.shape);
+  }
+  return s;
+}
 
 Status PrepareAttention(const attention::v1::AttentionRequest& req, const ModelRegistry& models,
                         const RequestLimits& limits, PreparedCall* call) {

@@ -7,6 +7,7 @@
 #include <deque>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "attention/v1/attention.pb.h"
 #include "attn/attention.h"
@@ -20,7 +21,7 @@ namespace attn::server {
 // A validated call. Views point into the request, which must outlive it.
 struct PreparedCall {
   std::string model;                    // "" for none, for logs
-  std::string shapes;                   // "query[2, 5, 64] key[...]", for logs
+  std::vector<std::string> fields;      // the decoded fields, in order, for logs
   Encoding encoding = Encoding::kData;  // of the first input; the response uses it
   AttentionCost cost;
   // Runs the core call with `threads` compute threads.
@@ -28,6 +29,9 @@ struct PreparedCall {
   // Storage behind the views (deque: stable addresses).
   std::deque<DecodedTensor> tensors;
   ProjectionWeights projections;
+
+  // "query[2, 5, 64] key[2, 7, 64]": built only when a log line needs it.
+  std::string Shapes() const;
 };
 
 Status PrepareAttention(const attention::v1::AttentionRequest& req, const ModelRegistry& models,
