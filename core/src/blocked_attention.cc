@@ -41,8 +41,6 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int64_t kBlockQ = 256;
 constexpr int64_t kBlockK = 512;
 constexpr int64_t kMinBlockQ = 32;
-// Below this many FLOPs a fork/join across threads costs more than it saves.
-constexpr double kSerialFlops = 4.0e6;
 
 // Per-thread buffers, grown on demand and reused across calls. Their size
 // depends on block sizes and head dims, never on sequence lengths.

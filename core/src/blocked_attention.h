@@ -11,6 +11,10 @@
 
 namespace attn::internal {
 
+// Below this many FLOPs a call runs on the calling thread alone: an OpenMP
+// fork/join costs more than it saves.
+constexpr double kSerialFlops = 4.0e6;
+
 // A [B, H, L, D] operand read through element strides.
 struct Strided4D {
   const float* data = nullptr;

@@ -18,8 +18,6 @@
 namespace attn {
 namespace {
 
-constexpr double kSerialFlops = 4.0e6;
-
 Status ValidateLinear(const LinearView& lin, const std::string& name) {
   ATTN_RETURN_IF_ERROR(internal::ValidateFloatView(lin.weight, name + "_weight", 2, 2));
   if (lin.weight.strides[1] != 1 || lin.weight.strides[0] < lin.weight.shape[1]) {
@@ -60,7 +58,7 @@ void RunLinear(const float* x, int64_t m, int64_t in, int64_t ldx, const float* 
   if (m == 0) return;
   const double flops =
       2.0 * static_cast<double>(m) * static_cast<double>(in) * static_cast<double>(out);
-  const int threads = flops < kSerialFlops ? 1 : max_threads;
+  const int threads = flops < internal::kSerialFlops ? 1 : max_threads;
   internal::ScopedOmpThreads scope(threads);
   auto prim = internal::GetMatmul(
       {m, out, in, ldx, ldw, ldy, /*b_transposed=*/true, bias != nullptr, false, threads});
