@@ -699,6 +699,21 @@ TEST(ServerLimits, OverLimitRequestsAreResourceExhausted) {
   EXPECT_EQ(status, "SERVING");
 }
 
+TEST(ServerStart, PortInUseIsRefused) {
+  auto first = attn_test::StartTestServer();
+  ASSERT_NE(first, nullptr);
+  server::ServerConfig cfg;
+  cfg.host = "127.0.0.1";
+  cfg.port = first->port();
+  cfg.log_level = "off";
+  auto second = server::AttentionServer::Start(cfg);
+  ASSERT_FALSE(second.ok()) << "a second server shared port " << cfg.port;
+  EXPECT_NE(
+      second.status().message().find("cannot listen on 127.0.0.1:" + std::to_string(cfg.port)),
+      std::string::npos)
+      << second.status().message();
+}
+
 TEST(ServerStart, BadModelDirIsRefusedWithTheReason) {
   server::ServerConfig cfg;
   cfg.host = "127.0.0.1";
