@@ -8,6 +8,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "attention_client.h"
@@ -697,6 +698,36 @@ TEST(ServerLimits, OverLimitRequestsAreResourceExhausted) {
   std::string status;
   ASSERT_TRUE(c.Health("", &status).ok());
   EXPECT_EQ(status, "SERVING");
+}
+
+TEST(ServerShutdown, CallsInFlightFinishAndNewCallsAreRefused) {
+  auto s = attn_test::StartTestServer();
+  ASSERT_NE(s, nullptr);
+  const std::string target = attn_test::Target(*s);
+  MultiHeadAttentionRequest req;
+  *req.mutable_query() = client::ToWire(RandomArray({4, 512, 512}, 31), Encoding::kData);
+  req.set_model("demo-mha");
+  std::atomic<int> ok{0};
+  std::vector<std::thread> callers;
+  for (int i = 0; i < 3; ++i) {
+    callers.emplace_back([&] {
+      client::AttentionClient c(client::Connect(target));
+      AttentionResponse resp;
+      if (c.MultiHeadAttention(req, &resp, std::chrono::seconds(60)).ok()) ++ok;
+    });
+  }
+  // Shut down only once all three are inside the server.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (s->calls_in_flight() < 3 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(s->calls_in_flight(), 3);
+  s->Shutdown(std::chrono::seconds(30));
+  for (auto& t : callers) t.join();
+  EXPECT_EQ(ok.load(), 3) << "a call in flight failed during shutdown";
+  client::AttentionClient late(client::Connect(target));
+  std::string status;
+  EXPECT_FALSE(late.Health("", &status, std::chrono::seconds(2)).ok()) << "still accepting calls";
 }
 
 TEST(ServerStart, PortInUseIsRefused) {

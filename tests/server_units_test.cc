@@ -58,6 +58,7 @@ TEST(ServerConfig, BadValuesNameTheFlag) {
   expect(Parse({"--log-level", "loud"}),
          "--log-level: expected trace, debug, info, warn, error or off");
   expect(Parse({"--max-attention-work", "0"}), "--max-attention-work: expected a positive number");
+  expect(Parse({"--shutdown-grace", "-1"}), "--shutdown-grace: expected seconds >= 0, got '-1'");
   expect(Parse({"--nope", "1"}), "unknown flag '--nope'");
   expect(Parse({"--port"}), "--port: missing value");
   expect(Parse({}, {{"ATTN_MAX_MESSAGE_MB", "lots"}}), "ATTN_MAX_MESSAGE_MB (--max-message-mb:");

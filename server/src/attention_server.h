@@ -28,6 +28,8 @@ class AttentionServer {
   int port() const { return port_; }
   const ModelRegistry& models() const { return *models_; }
   int compute_threads() const { return scheduler_->cpus(); }
+  // Calls computing or waiting for a CPU.
+  int calls_in_flight() const { return scheduler_->running() + scheduler_->queued(); }
   // A channel to this server that bypasses the network.
   std::shared_ptr<grpc::Channel> InProcessChannel();
   // Health for "" and "attention.v1.AttentionService".

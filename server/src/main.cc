@@ -40,8 +40,12 @@ int main(int argc, char** argv) {
   }
   int sig = 0;
   sigwait(&stop, &sig);
-  spdlog::info("received {}, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-  (*server)->Shutdown(std::chrono::seconds(10));
+  // Graceful: NOT_SERVING first (probes and balancers stop sending), then no
+  // new calls, then the calls in flight get --shutdown-grace to finish.
+  spdlog::info("received {}: NOT_SERVING; finishing calls in flight (grace {} s)",
+               sig == SIGTERM ? "SIGTERM" : "SIGINT", config->shutdown_grace_s);
+  (*server)->Shutdown(
+      std::chrono::milliseconds(static_cast<int64_t>(config->shutdown_grace_s * 1000)));
   spdlog::info("stopped");
   return 0;
 }

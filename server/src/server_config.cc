@@ -94,6 +94,18 @@ const std::map<std::string, Flag>& Flags() {
           c->max_queue = static_cast<int>(*x);
           return Status::Ok();
         }}},
+      {"--shutdown-grace",
+       {"ATTN_SHUTDOWN_GRACE", "seconds calls in flight get to finish after SIGTERM (default 10)",
+        [](const std::string& v, ServerConfig* c) {
+          char* end = nullptr;
+          const double x = std::strtod(v.c_str(), &end);
+          if (v.empty() || *end != '\0' || !std::isfinite(x) || x < 0) {
+            return Status::InvalidArgument("--shutdown-grace: expected seconds >= 0, got '" + v +
+                                           "'");
+          }
+          c->shutdown_grace_s = x;
+          return Status::Ok();
+        }}},
       {"--max-tensor-elements",
        {"ATTN_MAX_TENSOR_ELEMENTS", "elements in any one request tensor (default 67108864)",
         [](const std::string& v, ServerConfig* c) {

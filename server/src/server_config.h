@@ -18,6 +18,7 @@ struct ServerConfig {
   int threads = 0;                 // --threads, ATTN_THREADS; 0: the CPUs this process may use
   std::string log_level = "info";  // --log-level, ATTN_LOG_LEVEL
   int max_queue = 256;             // --max-queue, ATTN_MAX_QUEUE
+  double shutdown_grace_s = 10;    // --shutdown-grace, ATTN_SHUTDOWN_GRACE (seconds)
   RequestLimits limits;            // --max-message-mb and the other --max-* flags
 };
 
