@@ -1,0 +1,95 @@
+"""The Kubernetes manifests agree with the server they deploy.
+
+Run by ctest with ATTN_SERVER_BIN set; needs yamllint and python3-yaml
+(Debian), under /usr/bin/python3.
+"""
+import os
+import subprocess
+import unittest
+
+import yaml
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+K8S = os.path.join(ROOT, "deploy", "kubernetes")
+SERVER = os.environ["ATTN_SERVER_BIN"]
+
+
+def documents():
+    docs = []
+    for name in sorted(os.listdir(K8S)):
+        if name.endswith(".yaml") and name != "kustomization.yaml":
+            with open(os.path.join(K8S, name)) as f:
+                docs += [d for d in yaml.safe_load_all(f) if d]
+    return docs
+
+
+def by_kind(kind):
+    return [d for d in documents() if d["kind"] == kind]
+
+
+class ManifestTest(unittest.TestCase):
+    def setUp(self):
+        self.deployment = by_kind("Deployment")[0]
+        self.pod = self.deployment["spec"]["template"]["spec"]
+        self.container = self.pod["containers"][0]
+        self.args = dict(a[2:].split("=", 1) for a in self.container["args"])
+
+    def test_yamllint(self):
+        r = subprocess.run(["yamllint", "-s", "-c", os.path.join(ROOT, ".yamllint"), K8S],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+    def test_args_and_env_are_flags_the_server_accepts(self):
+        env = dict(os.environ)
+        for e in self.container.get("env", []):
+            self.assertTrue(e["name"].startswith("ATTN_"), e["name"])
+            env[e["name"]] = e["value"]
+        # The server parses every flag and variable before --help; a bad one fails.
+        r = subprocess.run([SERVER, *self.container["args"], "--help"], env=env,
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for e in self.container.get("env", []):
+            self.assertIn(e["name"], r.stdout, "not a documented variable")
+
+    def test_probes_and_ports_match_the_flag(self):
+        port = int(self.args["port"])
+        ports = {p["name"]: p["containerPort"] for p in self.container["ports"]}
+        self.assertEqual(ports["grpc"], port)
+        for probe in ("readinessProbe", "livenessProbe"):
+            self.assertEqual(self.container[probe]["grpc"]["port"], port, probe)
+        for svc in by_kind("Service"):
+            self.assertEqual(svc["spec"]["ports"][0]["targetPort"], "grpc")
+            self.assertEqual(svc["spec"]["ports"][0]["port"], port)
+        self.assertIn(None, [s["spec"].get("clusterIP") for s in by_kind("Service")])
+        self.assertIn("None", [s["spec"].get("clusterIP") for s in by_kind("Service")])
+
+    def test_models_volume_is_the_model_dir(self):
+        mounts = {m["mountPath"]: m for m in self.container["volumeMounts"]}
+        self.assertIn(self.args["model-dir"], mounts)
+        self.assertTrue(mounts[self.args["model-dir"]]["readOnly"])
+
+    def test_whole_equal_cpus_and_a_longer_termination_grace(self):
+        res = self.container["resources"]
+        self.assertEqual(res["requests"]["cpu"], res["limits"]["cpu"])
+        self.assertEqual(float(res["limits"]["cpu"]), int(float(res["limits"]["cpu"])))
+        self.assertGreater(self.pod["terminationGracePeriodSeconds"],
+                           float(self.args["shutdown-grace"]))
+
+    def test_security_context(self):
+        sc = self.container["securityContext"]
+        self.assertFalse(sc["allowPrivilegeEscalation"])
+        self.assertTrue(sc["readOnlyRootFilesystem"])
+        self.assertTrue(self.pod["securityContext"]["runAsNonRoot"])
+        self.assertNotEqual(self.pod["securityContext"]["runAsUser"], 0)
+
+    def test_autoscaler_and_disruption_budget_target_the_deployment(self):
+        hpa = by_kind("HorizontalPodAutoscaler")[0]
+        self.assertEqual(hpa["spec"]["scaleTargetRef"]["name"], self.deployment["metadata"]["name"])
+        self.assertEqual(hpa["spec"]["metrics"][0]["resource"]["name"], "cpu")
+        pdb = by_kind("PodDisruptionBudget")[0]
+        self.assertEqual(pdb["spec"]["selector"]["matchLabels"],
+                         self.deployment["spec"]["selector"]["matchLabels"])
+
+
+if __name__ == "__main__":
+    unittest.main()
