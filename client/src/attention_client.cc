@@ -9,11 +9,22 @@ void SetDeadline(grpc::ClientContext* ctx, std::chrono::milliseconds timeout) {
 
 }  // namespace
 
-std::shared_ptr<grpc::Channel> Connect(const std::string& target, const ChannelOptions& options) {
+grpc::ChannelArguments ChannelArgs(const ChannelOptions& options) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_message_mb << 20);
   args.SetMaxSendMessageSize(options.max_message_mb << 20);
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  if (options.retry_unavailable) {
+    args.SetServiceConfigJSON(R"({"methodConfig": [{
+      "name": [{"service": "attention.v1.AttentionService"}, {"service": "grpc.health.v1.Health"}],
+      "retryPolicy": {"maxAttempts": 4, "initialBackoff": "0.05s", "maxBackoff": "1s",
+                      "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]})");
+  }
+  return args;
+}
+
+std::shared_ptr<grpc::Channel> Connect(const std::string& target, const ChannelOptions& options) {
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(),
+                                   ChannelArgs(options));
 }
 
 AttentionClient::AttentionClient(std::shared_ptr<grpc::Channel> channel)

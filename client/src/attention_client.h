@@ -15,7 +15,14 @@ namespace attn::client {
 
 struct ChannelOptions {
   int max_message_mb = 64;  // both directions; the server's default limit
+  // Retry calls that fail with UNAVAILABLE (a replica going away behind a
+  // load balancer), up to 4 attempts with backoff. Attention calls have no
+  // side effects, so a retry is safe.
+  bool retry_unavailable = false;
 };
+
+// The channel arguments for `options` (shared by Connect and the bench).
+grpc::ChannelArguments ChannelArgs(const ChannelOptions& options);
 
 // A channel to `target` ("host:port"), plaintext.
 std::shared_ptr<grpc::Channel> Connect(const std::string& target,

@@ -77,6 +77,7 @@ report:
   --csv FILE                        one row per concurrency level
   --verify                          check every 16th response against core, locally
   --no-progress                     no live line on stderr
+  --retry                           retry calls that fail UNAVAILABLE (behind a balancer)
   --target HOST:PORT --max-message-mb N
 )";
 
@@ -98,9 +99,11 @@ StatusOr<BenchConfig> ParseBenchFlags(const std::vector<std::string>& args, bool
     const auto eq = name.find('=');
     if (eq != std::string::npos) value = name.substr(eq + 1), name = name.substr(0, eq);
     auto flag = [&]() {
-      return name == "--verify" || name == "--causal" || name == "--no-progress";
+      return name == "--verify" || name == "--causal" || name == "--no-progress" ||
+             name == "--retry";
     };
     if (flag()) {
+      if (name == "--retry") c.retry = true;
       if (name == "--verify") c.verify = true;
       if (name == "--causal") c.causal = true;
       if (name == "--no-progress") c.progress = false;
@@ -661,9 +664,7 @@ StatusOr<BenchReport> RunBench(const BenchConfig& config, const std::atomic<bool
   std::vector<std::unique_ptr<attention::v1::AttentionService::Stub>> stubs;
   std::vector<std::unique_ptr<grpc::health::v1::Health::Stub>> health;
   for (int i = 0; i < config.connections; ++i) {
-    grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(config.max_message_mb << 20);
-    args.SetMaxSendMessageSize(config.max_message_mb << 20);
+    grpc::ChannelArguments args = ChannelArgs({config.max_message_mb, config.retry});
     args.SetInt("attn.bench_connection", i);  // distinct args: a TCP connection each
     channels.push_back(
         grpc::CreateCustomChannel(config.target, grpc::InsecureChannelCredentials(), args));
@@ -766,6 +767,7 @@ std::string ReportToJson(const BenchReport& r) {
     << ", \"connections\": " << c.connections << ", \"requests\": " << c.requests
     << ", \"duration_s\": " << Num(c.duration_s) << ", \"rps\": " << Num(c.rps)
     << ", \"warmup_s\": " << Num(c.warmup_s) << ", \"timeout_s\": " << Num(c.timeout_s)
+    << ", \"retry\": " << (c.retry ? "true" : "false")
     << ", \"verify\": " << (c.verify ? "true" : "false") << "},\n  \"levels\": [";
   for (size_t i = 0; i < r.levels.size(); ++i) {
     const LevelReport& l = r.levels[i];

@@ -20,6 +20,7 @@ namespace attn::client {
 struct BenchConfig {
   std::string target = "localhost:50051";
   int max_message_mb = 64;
+  bool retry = false;      // --retry: retry UNAVAILABLE (behind a load balancer)
   std::string op = "mha";  // attention | cross | mha | health
   std::string model;       // server-side weights; else inline shapes
   // Inline shapes (and the input sizes with --model: batch, seq_q, seq_k).

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Two attention-server replicas behind nginx (deploy/nginx/nginx.conf), on
+# loopback, without containers:
+#   1. starts both replicas and nginx (prefix, pid and temp paths in a
+#      temporary directory);
+#   2. runs attention-client bench through nginx, with the client's retry
+#      policy for UNAVAILABLE (--retry);
+#   3. kills one replica (SIGKILL) in the middle of the run;
+#   4. checks that no call failed and that both replicas served calls, and
+#      prints the counts.
+#   deploy/test-lb.sh [BUILD_DIR] [SECONDS]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build}
+seconds=${2:-6}
+server="$build/bin/attention-server"
+client="$build/bin/attention-client"
+command -v nginx >/dev/null || { echo "nginx is not installed (apt-get install nginx-light)"; exit 1; }
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  [ -f "$tmp/nginx.pid" ] && kill "$(cat "$tmp/nginx.pid")" 2>/dev/null || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+wait_serving() {  # target
+  for _ in $(seq 1 100); do
+    [ "$("$client" health --target "$1" --timeout-ms 300 2>/dev/null)" = SERVING ] && return 0
+    sleep 0.1
+  done
+  echo "FAIL: $1 is not SERVING"; exit 1
+}
+
+ports=()
+for i in 1 2; do
+  port=$(free_port)
+  "$server" --host 127.0.0.1 --port "$port" --log-level debug >"$tmp/replica$i.log" 2>&1 &
+  pids+=($!)
+  ports+=("$port")
+  wait_serving "127.0.0.1:$port"
+done
+
+mkdir -p "$tmp/conf" "$tmp/temp"
+cp "$root/deploy/nginx/nginx.conf" "$tmp/conf/nginx.conf"
+printf 'server 127.0.0.1:%s max_fails=1 fail_timeout=5s;\nserver 127.0.0.1:%s max_fails=1 fail_timeout=5s;\n' \
+  "${ports[0]}" "${ports[1]}" >"$tmp/conf/upstream.conf"
+lb_port=$(free_port)
+echo "listen 127.0.0.1:$lb_port http2;" >"$tmp/conf/listen.conf"
+nginx -p "$tmp" -c "$tmp/conf/nginx.conf" \
+  -g "pid $tmp/nginx.pid; error_log $tmp/error.log; user $(id -un);"
+wait_serving "127.0.0.1:$lb_port"
+echo "replicas on ${ports[*]}, nginx on $lb_port"
+
+"$client" bench --target "127.0.0.1:$lb_port" --retry --op mha --model demo-mha-small --seq-q 16 \
+  --concurrency 8 --duration "${seconds}s" --warmup 0.5s --no-progress --json "$tmp/bench.json" \
+  >"$tmp/bench.log" 2>&1 &
+bench=$!
+sleep "$(( seconds / 2 ))"
+served2=$(grep -c 'rpc=MultiHeadAttention' "$tmp/replica2.log" || true)
+kill -9 "${pids[1]}"
+echo "killed replica 2 (SIGKILL) after it served $served2 calls"
+rc=0
+wait $bench || rc=$?
+cat "$tmp/bench.log" | sed -n '1,6p'
+served1=$(grep -c 'rpc=MultiHeadAttention' "$tmp/replica1.log" || true)
+echo "calls served: replica 1 $served1, replica 2 $served2 (before it was killed)"
+[ "$served1" -gt 0 ] && [ "$served2" -gt 0 ] || { echo "FAIL: a replica served no calls"; exit 1; }
+grep -q '"errors": {}' "$tmp/bench.json" || { echo "FAIL: calls failed through the balancer"; exit 1; }
+[ $rc -eq 0 ] || { echo "FAIL: bench exit $rc"; exit 1; }
+echo "PASS: both replicas served; no call failed when one was killed"
