@@ -1,4 +1,4 @@
-"""The Kubernetes manifests agree with the server they deploy.
+"""The Kubernetes manifests (and compose file) agree with the server they deploy.
 
 Run by ctest with ATTN_SERVER_BIN set; needs yamllint and python3-yaml
 (Debian), under /usr/bin/python3.
@@ -35,7 +35,8 @@ class ManifestTest(unittest.TestCase):
         self.args = dict(a[2:].split("=", 1) for a in self.container["args"])
 
     def test_yamllint(self):
-        r = subprocess.run(["yamllint", "-s", "-c", os.path.join(ROOT, ".yamllint"), K8S],
+        r = subprocess.run(["yamllint", "-s", "-c", os.path.join(ROOT, ".yamllint"), K8S,
+                            os.path.join(ROOT, "deploy", "compose.yaml")],
                            capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
 
@@ -89,6 +90,19 @@ class ManifestTest(unittest.TestCase):
         pdb = by_kind("PodDisruptionBudget")[0]
         self.assertEqual(pdb["spec"]["selector"]["matchLabels"],
                          self.deployment["spec"]["selector"]["matchLabels"])
+
+
+class ComposeTest(unittest.TestCase):
+    def test_compose_runs_the_image_with_flags_the_server_accepts(self):
+        with open(os.path.join(ROOT, "deploy", "compose.yaml")) as f:
+            compose = yaml.safe_load(f)
+        svc = compose["services"]["attention"]
+        r = subprocess.run([SERVER, *svc["command"], "--help"], capture_output=True, text=True,
+                           timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(any(v.endswith(":/models:ro") for v in svc["volumes"]))
+        self.assertEqual(compose["services"]["lb"]["depends_on"]["attention"]["condition"],
+                         "service_healthy")
 
 
 if __name__ == "__main__":

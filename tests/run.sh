@@ -3,6 +3,8 @@
 #
 #   tests/run.sh                 release build + ASan/UBSan build, all tests
 #   tests/run.sh --no-sanitize   release build only
+#   tests/run.sh --all           also builds and exercises the container image
+#                                (deploy/test-container.sh, several minutes)
 #
 # Idempotent: packages already installed are not touched, builds are
 # incremental. BUILD_DIR (default build) and SAN_BUILD_DIR (build-asan)
@@ -11,10 +13,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 sanitize=1
+all=0
 for arg in "$@"; do
   case "$arg" in
     --no-sanitize) sanitize=0 ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    --all) all=1 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "tests/run.sh: unknown option '$arg' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -44,5 +48,9 @@ if [ "$sanitize" = 1 ]; then
   # The benchmark harness is not needed under the sanitizers.
   ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1} \
     run_suite "$san_dir" -DATTN_SANITIZE=ON -DATTN_BUILD_BENCHMARKS=OFF
+fi
+if [ "$all" = 1 ]; then
+  echo "== container image (deploy/test-container.sh)"
+  bash deploy/test-container.sh
 fi
 echo "== all tests passed"
