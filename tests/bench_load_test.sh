@@ -7,16 +7,9 @@ seconds=${2:-4}
 server="$build/bin/attention-server"
 client="$build/bin/attention-client"
 log=$(mktemp)
-"$server" --host 127.0.0.1 --port 0 >"$log" 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null || true; rm -f "$log"' EXIT
-port=""
-for _ in $(seq 1 100); do
-  port=$(grep -oE 'listening on [0-9.]+:[0-9]+' "$log" | grep -oE '[0-9]+$' || true)
-  grep -q SERVING "$log" && [ -n "$port" ] && break
-  sleep 0.1
-done
-[ -n "$port" ] || { cat "$log"; echo "FAIL: server did not start"; exit 1; }
+. "$(dirname "$0")/start_server.sh"
+trap 'kill ${pid:-} 2>/dev/null || true; rm -f "$log"' EXIT
+start_server "$log"
 rss() { awk '/VmRSS/ {print $2}' /proc/$pid/status; }
 # Sample RSS once the load has warmed up, and again at the end.
 ( sleep $(( seconds / 2 + 1 )); rss > "$log.mid" ) &

@@ -8,16 +8,9 @@ build=${1:?usage: $0 BUILD_DIR}
 server="$build/bin/attention-server"
 client="$build/bin/attention-client"
 log=$(mktemp)
-"$server" --host 127.0.0.1 --port 0 --shutdown-grace 5 >"$log" 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null || true; rm -f "$log"' EXIT
-port=""
-for _ in $(seq 1 100); do
-  port=$(grep -oE 'listening on [0-9.]+:[0-9]+' "$log" | grep -oE '[0-9]+$' || true)
-  grep -q SERVING "$log" && [ -n "$port" ] && break
-  sleep 0.1
-done
-[ -n "$port" ] || { cat "$log"; echo "FAIL: server did not start"; exit 1; }
+. "$(dirname "$0")/start_server.sh"
+trap 'kill ${pid:-} 2>/dev/null || true; rm -f "$log"' EXIT
+start_server "$log" --shutdown-grace 5
 [ "$("$client" health --target "127.0.0.1:$port")" = SERVING ]
 start=$(date +%s)
 kill -TERM $pid
