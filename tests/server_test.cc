@@ -730,6 +730,60 @@ TEST(ServerShutdown, CallsInFlightFinishAndNewCallsAreRefused) {
   EXPECT_FALSE(late.Health("", &status, std::chrono::seconds(2)).ok()) << "still accepting calls";
 }
 
+// SDPA over [1, 8, L, 64]: long enough to hold the CPUs for a while.
+AttentionRequest LongSdpa(int64_t l) {
+  AttentionRequest req;
+  *req.mutable_query() = client::ToWire(RandomArray({1, 8, l, 64}, 41), Encoding::kData);
+  return req;
+}
+
+TEST(ServerDeadlines, ExpiredWhileQueuedIsNotComputed) {
+  // One compute thread: a long call holds it while a short-deadline call waits.
+  auto s = attn_test::StartTestServer([](server::ServerConfig& c) { c.threads = 1; });
+  ASSERT_NE(s, nullptr);
+  const std::string target = attn_test::Target(*s);
+  std::atomic<bool> long_ok{false};
+  std::thread long_call([&] {
+    client::AttentionClient c(client::Connect(target));
+    AttentionResponse resp;
+    long_ok = c.Attention(LongSdpa(6144), &resp, std::chrono::seconds(60)).ok();
+  });
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (s->calls_in_flight() < 1 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  client::AttentionClient c(client::Connect(target));
+  AttentionResponse resp;
+  const grpc::Status st = c.Attention(LongSdpa(64), &resp, std::chrono::milliseconds(50));
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << st.error_message();
+  long_call.join();
+  EXPECT_TRUE(long_ok.load());
+  // The expired call reached a CPU only after its client gave up: dropped.
+  while (s->calls_in_flight() > 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(s->calls_skipped(), 1);
+}
+
+TEST(ServerDeadlines, LongCallStopsBetweenBlocksWhenItsClientGivesUp) {
+  auto s = attn_test::StartTestServer();
+  ASSERT_NE(s, nullptr);
+  client::AttentionClient c(client::Connect(attn_test::Target(*s)));
+  AttentionResponse resp;
+  // L = 16384: over a second of compute on this machine; the client waits 300 ms.
+  const auto t0 = std::chrono::steady_clock::now();
+  const grpc::Status st = c.Attention(LongSdpa(16384), &resp, std::chrono::milliseconds(300));
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  while (s->calls_in_flight() > 0 &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const double freed_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // Without cancellation the server stays busy until the whole call is done.
+  EXPECT_LT(freed_s, 0.8) << "the server kept computing an abandoned call";
+}
+
 TEST(ServerStart, PortInUseIsRefused) {
   auto first = attn_test::StartTestServer();
   ASSERT_NE(first, nullptr);

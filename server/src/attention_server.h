@@ -30,6 +30,8 @@ class AttentionServer {
   int compute_threads() const { return scheduler_->cpus(); }
   // Calls computing or waiting for a CPU.
   int calls_in_flight() const { return scheduler_->running() + scheduler_->queued(); }
+  // Calls dropped unanswered because their client gave up while they waited.
+  int64_t calls_skipped() const { return service_->calls_skipped(); }
   // A channel to this server that bypasses the network.
   std::shared_ptr<grpc::Channel> InProcessChannel();
   // Health for "" and "attention.v1.AttentionService".

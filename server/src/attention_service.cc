@@ -36,6 +36,18 @@ void LogCall(const char* rpc, grpc::CallbackServerContext* ctx, const PreparedCa
   }
 }
 
+// A reactor that tells the call when gRPC cancels it (client cancel or
+// deadline), so queued work is dropped and running work stops between blocks.
+class CallReactor final : public grpc::ServerUnaryReactor {
+ public:
+  explicit CallReactor(std::shared_ptr<PreparedCall> call) : call_(std::move(call)) {}
+  void OnCancel() override { call_->cancelled = true; }
+  void OnDone() override { delete this; }
+
+ private:
+  std::shared_ptr<PreparedCall> call_;
+};
+
 }  // namespace
 
 AttentionServiceImpl::AttentionServiceImpl(const ModelRegistry* models, ComputeScheduler* scheduler,
@@ -49,8 +61,8 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Handle(const char* rpc,
                                                        attention::v1::AttentionResponse* resp,
                                                        Prepare prepare) {
   const auto start = Clock::now();
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   auto call = std::make_shared<PreparedCall>();
+  grpc::ServerUnaryReactor* reactor = new CallReactor(call);
   Status st = prepare(*req, *models_, limits_, call.get());
   if (!st.ok()) {
     LogCall(rpc, ctx, *call, st, start);
@@ -59,14 +71,25 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Handle(const char* rpc,
   }
   const int threads = call->cost.flops < kParallelFlops ? 1 : scheduler_->cpus();
   const RequestLimits limits = limits_;
-  auto run = [rpc, ctx, reactor, resp, call, limits, start](int granted) {
+  auto run = [this, rpc, ctx, reactor, resp, call, limits, start](int granted) {
     const auto began = Clock::now();
     Status result;
-    try {
-      auto out = call->compute(granted);
-      result = out.ok() ? EncodeResponse(*out, call->encoding, limits, resp) : out.status();
-    } catch (const std::exception& e) {  // core throws nothing; this is a last guard
-      result = Status::Internal(std::string("unexpected error: ") + e.what());
+    if (call->cancelled || std::chrono::system_clock::now() > ctx->deadline()) {
+      // Nobody is waiting for this answer any more: do not compute it.
+      ++skipped_;
+      result = call->cancelled
+                   ? Status::Cancelled("cancelled while waiting for a CPU; not computed")
+                   : Status(StatusCode::kDeadlineExceeded,
+                            "deadline passed after " +
+                                std::to_string(static_cast<int>(MillisSince(start))) +
+                                " ms waiting for a CPU; not computed");
+    } else {
+      try {
+        auto out = call->compute(granted);
+        result = out.ok() ? EncodeResponse(*out, call->encoding, limits, resp) : out.status();
+      } catch (const std::exception& e) {  // core throws nothing; this is a last guard
+        result = Status::Internal(std::string("unexpected error: ") + e.what());
+      }
     }
     // Where the time went, for load testers: waiting for a CPU, computing.
     const auto us = [](Clock::duration d) {

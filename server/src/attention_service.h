@@ -6,6 +6,8 @@
 // call (debug), errors at warn, each naming the RPC.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <string>
 
 #include "attention/v1/attention.grpc.pb.h"
@@ -37,6 +39,10 @@ class AttentionServiceImpl final : public attention::v1::AttentionService::Callb
   // Requests below this many FLOPs run on one thread, the rest on all CPUs.
   static constexpr double kParallelFlops = 16e6;
 
+  // Calls dropped before computing because their deadline passed or the
+  // client cancelled while they waited for a CPU.
+  int64_t calls_skipped() const { return skipped_.load(); }
+
  private:
   template <typename Request, typename Prepare>
   grpc::ServerUnaryReactor* Handle(const char* rpc, grpc::CallbackServerContext* ctx,
@@ -46,6 +52,7 @@ class AttentionServiceImpl final : public attention::v1::AttentionService::Callb
   const ModelRegistry* models_;
   ComputeScheduler* scheduler_;
   const RequestLimits limits_;
+  std::atomic<int64_t> skipped_{0};
 };
 
 }  // namespace attn::server

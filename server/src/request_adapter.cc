@@ -175,6 +175,7 @@ Status PrepareMha(const TensorView& q, const TensorView& k, const TensorView& v,
   ATTN_RETURN_IF_ERROR(CheckLimits(*cost, limits));
   call->cost = *cost;
   const ProjectionWeights* w = &call->projections;
+  opt.cancelled = &call->cancelled;
   call->compute = [w, q, k, v, opt](int threads) mutable {
     opt.num_threads = threads;
     return MultiHeadAttention(*w, q, k, v, opt);
@@ -231,6 +232,7 @@ Status PrepareAttention(const attention::v1::AttentionRequest& req, const ModelR
   if (!cost.ok()) return cost.status();
   ATTN_RETURN_IF_ERROR(CheckLimits(*cost, limits));
   call->cost = *cost;
+  opt.cancelled = &call->cancelled;
   call->compute = [q, k, v, opt](int threads) mutable {
     opt.num_threads = threads;
     return ScaledDotProductAttention(q, k, v, opt);

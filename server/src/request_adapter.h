@@ -4,6 +4,7 @@
 // this layer only adapts.
 #pragma once
 
+#include <atomic>
 #include <deque>
 #include <functional>
 #include <string>
@@ -20,6 +21,9 @@ namespace attn::server {
 
 // A validated call. Views point into the request, which must outlive it.
 struct PreparedCall {
+  // Set when the client cancels or the deadline passes; core polls it
+  // between blocks and stops.
+  std::atomic<bool> cancelled{false};
   std::string model;                    // "" for none, for logs
   std::vector<std::string> fields;      // the decoded fields, in order, for logs
   Encoding encoding = Encoding::kData;  // of the first input; the response uses it
