@@ -1,17 +1,22 @@
 // Units of the server and client layers: flag parsing, the compute
 // scheduler, and the client's host-array conversions.
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <map>
+#include <sstream>
 #include <thread>
 
+#include "attn/json.h"
 #include "compute_scheduler.h"
 #include "host_array.h"
 #include "server_config.h"
+#include "server_log.h"
 
 namespace attn {
 namespace {
@@ -58,6 +63,7 @@ TEST(ServerConfig, BadValuesNameTheFlag) {
   expect(Parse({"--log-level", "loud"}),
          "--log-level: expected trace, debug, info, warn, error or off");
   expect(Parse({"--max-attention-work", "0"}), "--max-attention-work: expected a positive number");
+  expect(Parse({"--log-format", "xml"}), "--log-format: expected text or json, got 'xml'");
   expect(Parse({"--shutdown-grace", "-1"}), "--shutdown-grace: expected seconds >= 0, got '-1'");
   expect(Parse({"--nope", "1"}), "unknown flag '--nope'");
   expect(Parse({"--port"}), "--port: missing value");
@@ -68,6 +74,58 @@ TEST(ServerConfig, BadValuesNameTheFlag) {
                   .ok());
   EXPECT_TRUE(help);
   EXPECT_NE(server::ServerUsage().find("ATTN_MODEL_DIR"), std::string::npos);
+}
+
+// ---- Logs -------------------------------------------------------------------
+
+server::AccessRecord ErrorRecord() {
+  server::AccessRecord r;
+  r.rpc = "Attention";
+  r.model = "-";
+  r.shapes = "query[5, 2]";
+  r.code = "INVALID_ARGUMENT";
+  r.latency_ms = 0.25;
+  r.peer = "ipv4:127.0.0.1:1234";
+  r.reason = "key: last dim must equal query's (2), got \"3\"\n";
+  return r;
+}
+
+TEST(ServerLog, JsonLinesAreJsonWithEveryField) {
+  const std::string line =
+      "{" + server::FormatAccess(ErrorRecord(), server::LogFormat::kJson, 7) + "}";
+  auto json = ParseJson(line);
+  ASSERT_TRUE(json.ok()) << line;
+  EXPECT_EQ(json->Find("rpc")->string, "Attention");
+  EXPECT_EQ(json->Find("code")->string, "INVALID_ARGUMENT");
+  EXPECT_EQ(json->Find("reason")->string, "key: last dim must equal query's (2), got \"3\"\n");
+  EXPECT_DOUBLE_EQ(json->Find("latency_ms")->number, 0.25);
+  EXPECT_EQ(json->Find("suppressed")->integer, 7);
+  const std::string text = server::FormatAccess(ErrorRecord(), server::LogFormat::kText, 0);
+  EXPECT_EQ(text.find("suppressed"), std::string::npos);
+  EXPECT_NE(text.find("rpc=Attention"), std::string::npos);
+}
+
+TEST(ServerLog, RepeatedErrorLinesAreRateLimited) {
+  std::ostringstream captured;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(captured);
+  auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", sink));
+  server::ConfigureLogging("info", server::LogFormat::kJson);
+  for (int i = 0; i < 500; ++i) server::LogAccess(ErrorRecord());  // a flood, within a second
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  server::LogAccess(ErrorRecord());  // the next second: logged, with the count dropped
+  spdlog::set_default_logger(previous);
+  std::istringstream lines(captured.str());
+  std::string line, last;
+  int n = 0;
+  while (std::getline(lines, line)) {
+    ASSERT_TRUE(ParseJson(line).ok()) << line;
+    ++n;
+    last = line;
+  }
+  EXPECT_LE(n, server::kMaxErrorLinesPerSecond + 1);
+  EXPECT_GE(n, 2);
+  EXPECT_NE(last.find("\"suppressed\":"), std::string::npos) << last;
 }
 
 // ---- ComputeScheduler -------------------------------------------------------

@@ -8,6 +8,7 @@
 
 #include "attn/attention.h"
 #include "attn/threading.h"
+#include "server_log.h"
 
 namespace attn::server {
 namespace {
@@ -41,7 +42,7 @@ Status WarmUp(const ModelRegistry& models, int threads) {
 StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerConfig& config) {
   std::unique_ptr<AttentionServer> s(new AttentionServer());
   s->config_ = config;
-  spdlog::set_level(spdlog::level::from_str(config.log_level));
+  ConfigureLogging(config.log_level, config.log_format);
   if (config.model_dir.empty()) {
     s->models_ = std::make_unique<ModelRegistry>(ModelRegistry::Demo());
   } else {
@@ -74,19 +75,22 @@ StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerCo
   s->SetServing(false);
   const auto t0 = std::chrono::steady_clock::now();
   ATTN_RETURN_IF_ERROR(WarmUp(*s->models_, threads));
-  spdlog::info(
-      "listening on {}:{}; compute threads {} (CPUs this process may use: {}); "
-      "oneDNN ISA {}; softmax kernels {}",
-      config.host, s->port_, threads, AvailableCpus(), OneDnnIsaName(),
-      UsingAvx512Kernels() ? "avx512" : "portable");
+  LogMessage(spdlog::level::info,
+             fmt::format("listening on {}:{}; compute threads {} (CPUs this process may use: {}); "
+                         "oneDNN ISA {}; softmax kernels {}",
+                         config.host, s->port_, threads, AvailableCpus(), OneDnnIsaName(),
+                         UsingAvx512Kernels() ? "avx512" : "portable"));
   for (const AttentionModel* m : s->models_->All()) {
     const ModelInfo& i = m->info();
-    spdlog::info("model {}: kind={} embed_dim={} num_heads={} kdim={} vdim={}", i.name,
-                 ModelKindName(i.kind), i.embed_dim, i.num_heads, i.kdim, i.vdim);
+    LogMessage(spdlog::level::info,
+               fmt::format("model {}: kind={} embed_dim={} num_heads={} kdim={} vdim={}", i.name,
+                           ModelKindName(i.kind), i.embed_dim, i.num_heads, i.kdim, i.vdim));
   }
-  spdlog::info(
-      "{} models warmed up in {:.0f} ms; SERVING", s->models_->All().size(),
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  LogMessage(
+      spdlog::level::info,
+      fmt::format("{} models warmed up in {:.0f} ms; SERVING", s->models_->All().size(),
+                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                      .count()));
   s->SetServing(true);
   return s;
 }

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "request_adapter.h"
+#include "server_log.h"
 #include "status_mapping.h"
 
 namespace attn::server {
@@ -20,20 +21,18 @@ double MillisSince(Clock::time_point start) {
 
 void LogCall(const char* rpc, grpc::CallbackServerContext* ctx, const PreparedCall& call,
              const Status& st, Clock::time_point start) {
-  // Arguments are evaluated before spdlog decides, so check first: building
-  // the shapes and the peer costs more than a small call's compute.
-  const auto level = st.ok() ? spdlog::level::debug : spdlog::level::warn;
-  if (!spdlog::should_log(level)) return;
-  const double ms = MillisSince(start);
-  const std::string model = call.model.empty() ? "-" : call.model;
-  if (st.ok()) {
-    spdlog::debug("rpc={} model={} shapes=\"{}\" code=OK latency_ms={:.3f} peer={}", rpc, model,
-                  call.Shapes(), ms, ctx->peer());
-  } else {
-    spdlog::warn("rpc={} model={} shapes=\"{}\" code={} latency_ms={:.3f} peer={} reason=\"{}\"",
-                 rpc, model, call.Shapes(), StatusCodeName(st.code()), ms, ctx->peer(),
-                 st.message());
-  }
+  // Check first: building the shapes and the peer costs more than a small
+  // call's compute, and debug is usually off.
+  if (!spdlog::should_log(st.ok() ? spdlog::level::debug : spdlog::level::warn)) return;
+  AccessRecord r;
+  r.rpc = rpc;
+  r.model = call.model.empty() ? "-" : call.model;
+  r.shapes = call.Shapes();
+  r.code = StatusCodeName(st.code());
+  r.latency_ms = MillisSince(start);
+  r.peer = ctx->peer();
+  r.reason = st.message();
+  LogAccess(r);
 }
 
 // A reactor that tells the call when gRPC cancels it (client cancel or
@@ -144,7 +143,13 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::ListModels(
     out->set_kdim(info.kdim);
     out->set_vdim(info.vdim);
   }
-  spdlog::debug("rpc=ListModels models={} code=OK peer={}", resp->models_size(), ctx->peer());
+  if (spdlog::should_log(spdlog::level::debug)) {
+    AccessRecord r;
+    r.rpc = "ListModels";
+    r.model = "-";
+    r.peer = ctx->peer();
+    LogAccess(r);
+  }
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

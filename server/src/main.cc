@@ -9,6 +9,7 @@
 
 #include "attention_server.h"
 #include "server_config.h"
+#include "server_log.h"
 
 int main(int argc, char** argv) {
   bool help = false;
@@ -22,8 +23,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "attention-server: %s\n", config.status().message().c_str());
     return 2;
   }
-  spdlog::set_level(spdlog::level::from_str(config->log_level));
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+  attn::server::ConfigureLogging(config->log_level, config->log_format);
 
   // Signals are taken synchronously by this thread; every thread started
   // from here on inherits the blocked mask.
@@ -35,17 +35,19 @@ int main(int argc, char** argv) {
 
   auto server = attn::server::AttentionServer::Start(*config);
   if (!server.ok()) {
-    spdlog::error("cannot start: {}", server.status().message());
+    attn::server::LogMessage(spdlog::level::err, "cannot start: " + server.status().message());
     return 1;
   }
   int sig = 0;
   sigwait(&stop, &sig);
   // Graceful: NOT_SERVING first (probes and balancers stop sending), then no
   // new calls, then the calls in flight get --shutdown-grace to finish.
-  spdlog::info("received {}: NOT_SERVING; finishing calls in flight (grace {} s)",
-               sig == SIGTERM ? "SIGTERM" : "SIGINT", config->shutdown_grace_s);
+  attn::server::LogMessage(
+      spdlog::level::info,
+      fmt::format("received {}: NOT_SERVING; finishing calls in flight (grace {} s)",
+                  sig == SIGTERM ? "SIGTERM" : "SIGINT", config->shutdown_grace_s));
   (*server)->Shutdown(
       std::chrono::milliseconds(static_cast<int64_t>(config->shutdown_grace_s * 1000)));
-  spdlog::info("stopped");
+  attn::server::LogMessage(spdlog::level::info, "stopped");
   return 0;
 }

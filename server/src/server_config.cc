@@ -78,6 +78,15 @@ const std::map<std::string, Flag>& Flags() {
           return Status::InvalidArgument(
               "--log-level: expected trace, debug, info, warn, error or off, got '" + v + "'");
         }}},
+      {"--log-format",
+       {"ATTN_LOG_FORMAT", "text or json (JSON lines) (default text)",
+        [](const std::string& v, ServerConfig* c) {
+          if (v != "text" && v != "json") {
+            return Status::InvalidArgument("--log-format: expected text or json, got '" + v + "'");
+          }
+          c->log_format = v == "json" ? LogFormat::kJson : LogFormat::kText;
+          return Status::Ok();
+        }}},
       {"--max-message-mb",
        {"ATTN_MAX_MESSAGE_MB", "largest request or response message, MiB (default 64)",
         [](const std::string& v, ServerConfig* c) {

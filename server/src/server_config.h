@@ -8,6 +8,7 @@
 
 #include "attn/status.h"
 #include "request_limits.h"
+#include "server_log.h"
 
 namespace attn::server {
 
@@ -17,9 +18,10 @@ struct ServerConfig {
   std::string model_dir;           // --model-dir, ATTN_MODEL_DIR; empty: demo models
   int threads = 0;                 // --threads, ATTN_THREADS; 0: the CPUs this process may use
   std::string log_level = "info";  // --log-level, ATTN_LOG_LEVEL
-  int max_queue = 256;             // --max-queue, ATTN_MAX_QUEUE
-  double shutdown_grace_s = 10;    // --shutdown-grace, ATTN_SHUTDOWN_GRACE (seconds)
-  RequestLimits limits;            // --max-message-mb and the other --max-* flags
+  LogFormat log_format = LogFormat::kText;  // --log-format text|json, ATTN_LOG_FORMAT
+  int max_queue = 256;                      // --max-queue, ATTN_MAX_QUEUE
+  double shutdown_grace_s = 10;             // --shutdown-grace, ATTN_SHUTDOWN_GRACE (seconds)
+  RequestLimits limits;                     // --max-message-mb and the other --max-* flags
 };
 
 // Parses argv (without argv[0]) over the environment read through `getenv`.
