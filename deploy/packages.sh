@@ -4,7 +4,7 @@
 # libdnnl-dev's CMake config needs OpenCL (Debian builds oneDNN with it).
 BUILD_PACKAGES=(g++ make cmake libdnnl-dev ocl-icd-opencl-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libspdlog-dev)
-TEST_PACKAGES=(libgtest-dev libbenchmark-dev python3-grpcio python3-numpy yamllint nginx-light)
+TEST_PACKAGES=(libgtest-dev libbenchmark-dev python3-grpcio python3-numpy yamllint)
 
 # ensure_packages PKG...: apt-get installs the packages that are not
 # installed yet; does nothing (not even apt-get update) when all are present.

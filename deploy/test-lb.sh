@@ -15,7 +15,8 @@ build=${1:-$root/build}
 seconds=${2:-6}
 server="$build/bin/attention-server"
 client="$build/bin/attention-client"
-command -v nginx >/dev/null || { echo "nginx is not installed (apt-get install nginx-light)"; exit 1; }
+. "$root/deploy/packages.sh"
+ensure_packages nginx-light
 tmp=$(mktemp -d)
 pids=()
 cleanup() {
@@ -68,5 +69,5 @@ served1=$(grep -c 'rpc=MultiHeadAttention' "$tmp/replica1.log" || true)
 echo "calls served: replica 1 $served1, replica 2 $served2 (before it was killed)"
 [ "$served1" -gt 0 ] && [ "$served2" -gt 0 ] || { echo "FAIL: a replica served no calls"; exit 1; }
 grep -q '"errors": {}' "$tmp/bench.json" || { echo "FAIL: calls failed through the balancer"; exit 1; }
-[ $rc -eq 0 ] || { echo "FAIL: bench exit $rc"; exit 1; }
+[ $rc -eq 0 ] || { tail -40 "$tmp/bench.log"; echo "FAIL: bench exit $rc"; exit 1; }
 echo "PASS: both replicas served; no call failed when one was killed"

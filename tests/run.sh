@@ -3,8 +3,9 @@
 #
 #   tests/run.sh                 release build + ASan/UBSan build, all tests
 #   tests/run.sh --no-sanitize   release build only
-#   tests/run.sh --all           also builds and exercises the container image
-#                                (deploy/test-container.sh, several minutes)
+#   tests/run.sh --all           also the deployment checks: replicas behind nginx
+#                                with a replica killed (deploy/test-lb.sh), and the
+#                                container image (deploy/test-container.sh, minutes)
 #
 # Idempotent: packages already installed are not touched, builds are
 # incremental. BUILD_DIR (default build) and SAN_BUILD_DIR (build-asan)
@@ -50,6 +51,8 @@ if [ "$sanitize" = 1 ]; then
     run_suite "$san_dir" -DATTN_SANITIZE=ON -DATTN_BUILD_BENCHMARKS=OFF
 fi
 if [ "$all" = 1 ]; then
+  echo "== replicas behind nginx, one killed (deploy/test-lb.sh)"
+  bash deploy/test-lb.sh "$build_dir" 6
   echo "== container image (deploy/test-container.sh)"
   bash deploy/test-container.sh
 fi
