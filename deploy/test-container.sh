@@ -53,7 +53,8 @@ podman build --pull=never --isolation chroot -t "$image" -f Dockerfile . >"$work
 size=$(podman image inspect "$image" --format '{{.Size}}')
 echo "image size: $(( size / 1000000 )) MB"
 
-port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+. tests/loopback.sh
+port=$(free_port)
 podman run -d --name "$name" -p "127.0.0.1:$port:50051" "$image" >/dev/null
 stubs="$work/stubs"
 client/python/generate_stubs.sh "$stubs" >/dev/null

@@ -25,14 +25,7 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
-free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-wait_serving() {  # target
-  for _ in $(seq 1 100); do
-    [ "$("$client" health --target "$1" --timeout-ms 300 2>/dev/null)" = SERVING ] && return 0
-    sleep 0.1
-  done
-  echo "FAIL: $1 is not SERVING"; exit 1
-}
+. "$root/tests/loopback.sh"
 
 ports=()
 for i in 1 2; do
@@ -40,7 +33,7 @@ for i in 1 2; do
   "$server" --host 127.0.0.1 --port "$port" --log-level debug >"$tmp/replica$i.log" 2>&1 &
   pids+=($!)
   ports+=("$port")
-  wait_serving "127.0.0.1:$port"
+  wait_serving "127.0.0.1:$port" "${pids[-1]}"
 done
 
 mkdir -p "$tmp/conf" "$tmp/temp"

@@ -7,7 +7,7 @@ seconds=${2:-4}
 server="$build/bin/attention-server"
 client="$build/bin/attention-client"
 log=$(mktemp)
-. "$(dirname "$0")/start_server.sh"
+. "$(dirname "$0")/loopback.sh"
 trap 'kill ${pid:-} 2>/dev/null || true; rm -f "$log"' EXIT
 start_server "$log"
 rss() { awk '/VmRSS/ {print $2}' /proc/$pid/status; }

@@ -5,18 +5,14 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:?usage: $0 BUILD_DIR}
-port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+client="$build/bin/attention-client"
+. "$root/tests/loopback.sh"
+port=$(free_port)
 log=$(mktemp)
 BUILD_DIR=$build "$root/deploy/run.sh" --host 127.0.0.1 --port "$port" >"$log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null || true; rm -f "$log"' EXIT
-client="$build/bin/attention-client"
-for _ in $(seq 1 300); do
-  if "$client" health --target "127.0.0.1:$port" --timeout-ms 200 >/dev/null 2>&1; then break; fi
-  if ! kill -0 $pid 2>/dev/null; then cat "$log"; echo "FAIL: server exited"; exit 1; fi
-  sleep 0.1
-done
-[ "$("$client" health --target "127.0.0.1:$port")" = SERVING ] || { cat "$log"; echo "FAIL: not SERVING"; exit 1; }
+wait_serving "127.0.0.1:$port" $pid
 "$client" models --target "127.0.0.1:$port" | grep -q demo-mha || { echo "FAIL: no demo models"; exit 1; }
 out=$("$client" attention --target "127.0.0.1:$port" --query '[[1,0],[0,1],[1,1],[1,1],[0.5,1]]')
 echo "$out"

@@ -8,7 +8,7 @@ build=${1:?usage: $0 BUILD_DIR}
 server="$build/bin/attention-server"
 client="$build/bin/attention-client"
 log=$(mktemp)
-. "$(dirname "$0")/start_server.sh"
+. "$(dirname "$0")/loopback.sh"
 trap 'kill ${pid:-} 2>/dev/null || true; rm -f "$log"' EXIT
 start_server "$log" --shutdown-grace 5
 [ "$("$client" health --target "127.0.0.1:$port")" = SERVING ]

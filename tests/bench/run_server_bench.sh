@@ -16,8 +16,7 @@ out=${2:-$build/server-bench}
 secs=${3:-10}
 mkdir -p "$out"
 client="$build/bin/attention-client"
-free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-wait_ready() { for _ in $(seq 1 300); do "$client" health --target "127.0.0.1:$1" --timeout-ms 200 >/dev/null 2>&1 && return 0; sleep 0.1; done; return 1; }
+. "$here/../loopback.sh"
 bench() {  # name port args...
   local name=$1 port=$2; shift 2
   echo "== $name" >&2
@@ -29,7 +28,7 @@ port=$(free_port)
 "$build/bin/attention-server" --host 127.0.0.1 --port "$port" --threads 2 >"$out/server.log" 2>&1 &
 spid=$!
 trap 'kill $spid ${tpid:-} 2>/dev/null || true' EXIT
-wait_ready "$port"
+wait_serving "127.0.0.1:$port" "$spid"
 bench health "$port" --op health --concurrency 32
 bench small "$port" --op mha --model demo-mha-small --seq-q 16 --concurrency 32
 bench large "$port" --op mha --model demo-mha --batch 8 --seq-q 512 --concurrency 2
@@ -44,7 +43,7 @@ if /usr/bin/python3 -c "import torch, grpc" 2>/dev/null; then
   PYTHONPATH=$stubs OPENBLAS_CORETYPE=SkylakeX /usr/bin/python3 "$here/torch_server.py" \
     --port "$tport" --threads 2 >"$out/torch_server.log" 2>&1 &
   tpid=$!
-  wait_ready "$tport"
+  wait_serving "127.0.0.1:$tport" "$tpid"
   bench torch_small "$tport" --op mha --model demo-mha-small --seq-q 16 --concurrency 32
   bench torch_large "$tport" --op mha --model demo-mha --batch 8 --seq-q 512 --concurrency 2
   kill $tpid
