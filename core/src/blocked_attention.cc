@@ -46,20 +46,10 @@ constexpr int64_t kMinBlockQ = 32;
 // depends on block sizes and head dims, never on sequence lengths.
 struct Workspace {
   FloatBuffer s, o, qp, kp, vp, m, l, alpha;
-  FloatBuffer scratch;
-  std::unique_ptr<dnnl::stream> stream;
 
   static float* Ensure(FloatBuffer& buf, int64_t n) {
     if (static_cast<int64_t>(buf.size()) < n) buf.resize(static_cast<size_t>(n));
     return buf.data();
-  }
-  void* Scratch(const dnnl::memory::desc& scratchpad) {
-    const size_t bytes = scratchpad.get_size();
-    return Ensure(scratch, static_cast<int64_t>((bytes + sizeof(float) - 1) / sizeof(float) + 1));
-  }
-  dnnl::stream& Stream() {
-    if (!stream) stream = std::make_unique<dnnl::stream>(CpuEngine());
-    return *stream;
   }
 };
 
@@ -125,6 +115,7 @@ class BlockedAttention {
   // The online path: walk key blocks, keep a running max and sum per row.
   Status RunOnline(const Block& blk, const float* q, float* out, Workspace& ws,
                    const std::atomic<bool>* cancelled) const {
+    ThreadExecution& exec = ThreadExecution::Get();
     const int64_t qn = blk.qn, q0 = blk.q0, d = p_.d, dv = p_.dv;
     const int64_t k_end = p_.causal ? std::min(p_.lk, q0 + qn) : p_.lk;
     const int64_t nkb = (k_end + kBlockK - 1) / kBlockK;
@@ -149,7 +140,7 @@ class BlockedAttention {
 
       // S = Q K^T; K^T is a transposed format tag on the dense K block.
       auto qk = GetMatmul({qn, kn, d, d, d, kn, /*b_transposed=*/true, false, false, 1});
-      RunMatmul(*qk, ws.Stream(), q, k, s, nullptr, ws.Scratch(qk->scratchpad));
+      RunMatmul(*qk, exec.Stream(), q, k, s, nullptr, exec.Scratch(qk->scratchpad));
 
       for (int64_t i = 0; i < qn; ++i) {
         float* row = s + i * kn;
@@ -183,7 +174,7 @@ class BlockedAttention {
         }
       }
       auto pv = GetMatmul({qn, dv, kn, kn, dv, dv, false, false, accumulate, 1});
-      RunMatmul(*pv, ws.Stream(), s, v, o, nullptr, ws.Scratch(pv->scratchpad));
+      RunMatmul(*pv, exec.Stream(), s, v, o, nullptr, exec.Scratch(pv->scratchpad));
     }
 
     // Normalise. A fully masked row has l == 0 and gets zeros; a NaN sum stays NaN.
@@ -204,6 +195,7 @@ class BlockedAttention {
   // masks, the oneDNN softmax primitive in place, then O = P V. The rows are
   // dense (ld = Lk), which keeps oneDNN on its brgemm and jit kernels.
   Status RunExact(const Block& blk, const float* q, float* out, Workspace& ws) const {
+    ThreadExecution& exec = ThreadExecution::Get();
     const int64_t qn = blk.qn, q0 = blk.q0, lk = p_.lk, d = p_.d, dv = p_.dv;
     float* w = p_.weights + ((blk.b * p_.heads + blk.h) * p_.lq + q0) * lk;
     const float* k =
@@ -211,7 +203,7 @@ class BlockedAttention {
     const float* v =
         DenseRows(Row(p_.v, blk.b, blk.h, 0), lk, dv, p_.v.stride[2], p_.v.stride[3], ws.vp);
     auto qk = GetMatmul({qn, lk, d, d, d, lk, /*b_transposed=*/true, false, false, 1});
-    RunMatmul(*qk, ws.Stream(), q, k, w, nullptr, ws.Scratch(qk->scratchpad));
+    RunMatmul(*qk, exec.Stream(), q, k, w, nullptr, exec.Scratch(qk->scratchpad));
 
     float* row_max = Workspace::Ensure(ws.m, qn);
     for (int64_t i = 0; i < qn; ++i) {
@@ -221,7 +213,7 @@ class BlockedAttention {
       row_max[i] = kern_.scaled_max(row, lk, 1.0f);
     }
     auto softmax = GetSoftmax({qn, lk, 1});
-    RunSoftmax(*softmax, ws.Stream(), w, ws.Scratch(softmax->scratchpad));
+    RunSoftmax(*softmax, exec.Stream(), w, exec.Scratch(softmax->scratchpad));
     // oneDNN gives NaN (0/0) for a row of -inf; such a row is fully masked.
     for (int64_t i = 0; i < qn; ++i) {
       if (row_max[i] == kNegInf) std::fill(w + i * lk, w + (i + 1) * lk, 0.0f);
@@ -229,7 +221,7 @@ class BlockedAttention {
 
     float* o = Workspace::Ensure(ws.o, qn * dv);
     auto pv = GetMatmul({qn, dv, lk, lk, dv, dv, false, false, false, 1});
-    RunMatmul(*pv, ws.Stream(), w, v, o, nullptr, ws.Scratch(pv->scratchpad));
+    RunMatmul(*pv, exec.Stream(), w, v, o, nullptr, exec.Scratch(pv->scratchpad));
     for (int64_t i = 0; i < qn; ++i) {
       std::memcpy(out + i * p_.out_stride[2], o + i * dv, static_cast<size_t>(dv) * sizeof(float));
     }

@@ -41,16 +41,6 @@ Status ValidateLinear(const LinearView& lin, const std::string& name) {
   return Status::Ok();
 }
 
-struct Workspace {
-  FloatBuffer scratch;
-  std::unique_ptr<dnnl::stream> stream;
-};
-
-Workspace& ThreadWorkspace() {
-  thread_local Workspace ws;
-  return ws;
-}
-
 // y[m, out] (row stride ldy) = x[m, in] (row stride ldx) W^T + b, where W is
 // `out` rows of an [*, in] weight with row stride ldw.
 void RunLinear(const float* x, int64_t m, int64_t in, int64_t ldx, const float* weight, int64_t out,
@@ -62,11 +52,8 @@ void RunLinear(const float* x, int64_t m, int64_t in, int64_t ldx, const float* 
   internal::ScopedOmpThreads scope(threads);
   auto prim = internal::GetMatmul(
       {m, out, in, ldx, ldw, ldy, /*b_transposed=*/true, bias != nullptr, false, threads});
-  Workspace& ws = ThreadWorkspace();
-  const size_t need = prim->scratchpad.get_size() / sizeof(float) + 1;
-  if (ws.scratch.size() < need) ws.scratch.resize(need);
-  if (!ws.stream) ws.stream = std::make_unique<dnnl::stream>(internal::CpuEngine());
-  internal::RunMatmul(*prim, *ws.stream, x, weight, y, bias, ws.scratch.data());
+  auto& exec = internal::ThreadExecution::Get();
+  internal::RunMatmul(*prim, exec.Stream(), x, weight, y, bias, exec.Scratch(prim->scratchpad));
 }
 
 // A [B, L, E] (or [L, E]) input as rows of a matrix: returns the row pointer

@@ -130,6 +130,22 @@ dnnl::engine& CpuEngine() {
   return *engine;
 }
 
+ThreadExecution& ThreadExecution::Get() {
+  thread_local ThreadExecution execution;
+  return execution;
+}
+
+void* ThreadExecution::Scratch(const dnnl::memory::desc& scratchpad) {
+  const size_t floats = (scratchpad.get_size() + sizeof(float) - 1) / sizeof(float) + 1;
+  if (scratch_.size() < floats) scratch_.resize(floats);
+  return scratch_.data();
+}
+
+dnnl::stream& ThreadExecution::Stream() {
+  if (!stream_) stream_ = std::make_unique<dnnl::stream>(CpuEngine());
+  return *stream_;
+}
+
 bool SoftmaxShape::operator==(const SoftmaxShape& o) const {
   return m == o.m && n == o.n && threads == o.threads;
 }

@@ -12,6 +12,8 @@
 #include <memory>
 #include <string>
 
+#include "attn/tensor.h"
+
 namespace attn::internal {
 
 dnnl::engine& CpuEngine();
@@ -67,6 +69,21 @@ std::shared_ptr<const SoftmaxPrimitive> GetSoftmax(const SoftmaxShape& shape);
 
 // Rows of `data` become their softmax. A row of -inf gives NaN (as 0/0).
 void RunSoftmax(const SoftmaxPrimitive& p, dnnl::stream& stream, float* data, void* scratchpad);
+
+// The calling thread's oneDNN execution state: a stream, and a scratchpad
+// buffer that grows to the largest primitive run on this thread. Every
+// primitive runs with a user scratchpad from here.
+class ThreadExecution {
+ public:
+  static ThreadExecution& Get();  // thread_local
+  // At least scratchpad.get_size() bytes.
+  void* Scratch(const dnnl::memory::desc& scratchpad);
+  dnnl::stream& Stream();
+
+ private:
+  FloatBuffer scratch_;
+  std::unique_ptr<dnnl::stream> stream_;
+};
 
 // Sets the calling thread's OpenMP team size for the scope, restoring it after.
 // oneDNN reads omp_get_max_threads() of the calling thread.
