@@ -671,6 +671,17 @@ StatusOr<BenchReport> RunBench(const BenchConfig& config, const std::atomic<bool
     stubs.push_back(attention::v1::AttentionService::NewStub(channels.back()));
     health.push_back(grpc::health::v1::Health::NewStub(channels.back()));
   }
+  // Never released: gRPC 1.51 shares one callback completion queue among the
+  // channels that use the callback API and tears it down when the last of
+  // them goes, even while one of its threads is still finishing a completion
+  // (ASan: double free in grpc_cq_internal_unref, right after a run). Keeping
+  // the bench's channels for the life of the process avoids the race.
+  {
+    static auto* kept = new std::vector<std::shared_ptr<grpc::Channel>>();
+    static std::mutex kept_mu;
+    std::lock_guard<std::mutex> lock(kept_mu);
+    kept->insert(kept->end(), channels.begin(), channels.end());
+  }
   AttentionClient client(channels.front());
   std::string status;
   auto st = client.Health("", &status, std::chrono::seconds(5));
