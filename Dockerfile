@@ -12,7 +12,7 @@ FROM debian:bookworm AS build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       g++ make cmake libdnnl-dev ocl-icd-opencl-dev libgrpc++-dev libprotobuf-dev \
-      protobuf-compiler protobuf-compiler-grpc libspdlog-dev \
+      protobuf-compiler protobuf-compiler-grpc libspdlog-dev libcpp-httplib-dev pkg-config \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY CMakeLists.txt ./
@@ -27,14 +27,15 @@ RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=Release -DATTN_BUILD_TESTS=OFF \
 FROM debian:bookworm-slim
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libdnnl2 libgrpc++1.51 libprotobuf32 libspdlog1.10 libgomp1 \
+      libdnnl2 libgrpc++1.51 libprotobuf32 libspdlog1.10 libgomp1 libcpp-httplib0.11 \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/* /usr/share/doc/* /usr/share/man/* \
  && useradd --system --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin attention \
  && mkdir /models
 COPY --from=build /build/bin/attention-server /build/bin/attention-client /usr/local/bin/
 USER 10001:10001
-ENV ATTN_HOST=0.0.0.0 ATTN_PORT=50051
-EXPOSE 50051
+# gRPC on 50051; Prometheus /metrics on 9090.
+ENV ATTN_HOST=0.0.0.0 ATTN_PORT=50051 ATTN_METRICS_PORT=9090
+EXPOSE 50051 9090
 HEALTHCHECK --interval=10s --timeout=3s --start-period=15s --retries=3 \
   CMD attention-client health --target 127.0.0.1:${ATTN_PORT} --timeout-ms 2000 || exit 1
 ENTRYPOINT ["attention-server"]

@@ -3,8 +3,9 @@
 
 # libdnnl-dev's CMake config needs OpenCL (Debian builds oneDNN with it).
 BUILD_PACKAGES=(g++ make cmake libdnnl-dev ocl-icd-opencl-dev
-  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libspdlog-dev)
-TEST_PACKAGES=(libgtest-dev libbenchmark-dev python3-grpcio python3-numpy yamllint)
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libspdlog-dev
+  libcpp-httplib-dev pkg-config)
+TEST_PACKAGES=(libgtest-dev libbenchmark-dev python3-grpcio python3-numpy yamllint openssl)
 
 # ensure_packages PKG...: apt-get installs the packages that are not
 # installed yet; does nothing (not even apt-get update) when all are present.

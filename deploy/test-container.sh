@@ -55,7 +55,8 @@ echo "image size: $(( size / 1000000 )) MB"
 
 . tests/loopback.sh
 port=$(free_port)
-podman run -d --name "$name" -p "127.0.0.1:$port:50051" "$image" >/dev/null
+mport=$(free_port)
+podman run -d --name "$name" -p "127.0.0.1:$port:50051" -p "127.0.0.1:$mport:9090" "$image" >/dev/null
 stubs="$work/stubs"
 client/python/generate_stubs.sh "$stubs" >/dev/null
 export PYTHONPATH=$stubs:$root/client/python
@@ -66,6 +67,13 @@ sys.exit(0 if AttentionClient('127.0.0.1:$port', timeout=1).health() == 'SERVING
   sleep 0.5
 done
 /usr/bin/python3 tests/python/check_rpcs.py "127.0.0.1:$port"
+/usr/bin/python3 - "$mport" <<'PY' || { echo "FAIL: /metrics on 9090"; exit 1; }
+import sys, urllib.request
+text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=5).read().decode()
+assert 'attn_requests_total{rpc="MultiHeadAttention"' in text, text[:2000]
+assert "process_resident_memory_bytes" in text
+print("/metrics on 9090: ok")
+PY
 uid=$(podman exec "$name" id -u)
 echo "server process uid in the container: $uid"
 [ "$uid" != 0 ] || { echo "FAIL: runs as root"; exit 1; }

@@ -659,7 +659,9 @@ TEST(ServerLimits, OverLimitRequestsAreResourceExhausted) {
     cfg.limits.max_request_memory_bytes = 2 << 20;
   });
   ASSERT_NE(s, nullptr);
-  client::AttentionClient c(client::Connect(attn_test::Target(*s), {4}));
+  client::ChannelOptions four_mb;
+  four_mb.max_message_mb = 4;
+  client::AttentionClient c(client::Connect(attn_test::Target(*s), four_mb));
   auto expect = [&](const grpc::Status& st, const std::string& msg) {
     EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
     EXPECT_NE(st.error_message().find(msg), std::string::npos) << st.error_message();

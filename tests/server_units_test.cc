@@ -52,6 +52,37 @@ TEST(ServerConfig, DefaultsFlagsAndEnvironment) {
   EXPECT_EQ(c->limits.max_message_bytes, 8 << 20);
 }
 
+TEST(ServerConfig, OperationsFlags) {
+  auto c = Parse({});
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->max_inflight, 256);
+  EXPECT_EQ(c->max_queue, 128);
+  EXPECT_EQ(c->metrics_port, -1) << "metrics are off by default";
+  EXPECT_TRUE(c->tls_cert.empty() && c->auth_token_file.empty());
+  c = Parse({"--max-inflight", "16", "--max-queue=4", "--metrics-port", "9090", "--tls-cert",
+             "s.pem", "--tls-key", "s.key", "--tls-client-ca", "ca.pem"},
+            {{"ATTN_AUTH_TOKEN_FILE", "/etc/attn/tokens"}});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->max_inflight, 16);
+  EXPECT_EQ(c->max_queue, 4);
+  EXPECT_EQ(c->metrics_port, 9090);
+  EXPECT_EQ(c->tls_cert, "s.pem");
+  EXPECT_EQ(c->tls_key, "s.key");
+  EXPECT_EQ(c->tls_client_ca, "ca.pem");
+  EXPECT_EQ(c->auth_token_file, "/etc/attn/tokens");
+  auto bad = [](const StatusOr<server::ServerConfig>& r, const std::string& msg) {
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().message(), msg);
+  };
+  bad(Parse({"--max-inflight", "0"}), "--max-inflight: expected an integer in [1, 1048576], got '0'");
+  bad(Parse({"--metrics-port", "-2"}), "--metrics-port: expected an integer in [-1, 65535], got '-2'");
+  bad(Parse({"--tls-cert", "s.pem"}), "--tls-cert and --tls-key go together: got only --tls-cert");
+  bad(Parse({"--tls-key", "s.key"}), "--tls-cert and --tls-key go together: got only --tls-key");
+  bad(Parse({"--tls-client-ca", "ca.pem"}),
+      "--tls-client-ca (mutual TLS) needs --tls-cert and --tls-key");
+  bad(Parse({"--auth-token-file="}), "--auth-token-file: expected a file path, got ''");
+}
+
 TEST(ServerConfig, BadValuesNameTheFlag) {
   auto expect = [](const StatusOr<server::ServerConfig>& c, const std::string& msg) {
     ASSERT_FALSE(c.ok());

@@ -1,16 +1,82 @@
 #include "attention_client.h"
 
+#include <grpcpp/support/client_interceptor.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
 namespace attn::client {
 namespace {
+
+// Adds `authorization: Bearer <token>` to every call on the channel.
+class BearerTokenInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit BearerTokenInterceptor(const std::string* header) : header_(header) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+      methods->GetSendInitialMetadata()->insert({"authorization", *header_});
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string* header_;
+};
+
+class BearerTokenFactory final : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit BearerTokenFactory(const std::string& token) : header_("Bearer " + token) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo* /*info*/) override {
+    return new BearerTokenInterceptor(&header_);
+  }
+
+ private:
+  const std::string header_;  // lives as long as the channel (which owns the factory)
+};
+
+StatusOr<std::string> ReadPem(const char* flag, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::InvalidArgument(std::string(flag) + " " + path + ": cannot open");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (text.str().find("-----BEGIN ") == std::string::npos) {
+    return Status::InvalidArgument(std::string(flag) + " " + path + ": not a PEM file");
+  }
+  return text.str();
+}
+
+StatusOr<std::shared_ptr<grpc::ChannelCredentials>> Credentials(const ChannelOptions& o) {
+  if (!o.tls && o.tls_ca.empty() && o.tls_cert.empty() && o.tls_key.empty()) {
+    return grpc::InsecureChannelCredentials();
+  }
+  if (o.tls_cert.empty() != o.tls_key.empty()) {
+    return Status::InvalidArgument("--tls-cert and --tls-key go together");
+  }
+  grpc::SslCredentialsOptions ssl;
+  if (!o.tls_ca.empty()) {
+    auto ca = ReadPem("--tls-ca", o.tls_ca);
+    if (!ca.ok()) return ca.status();
+    ssl.pem_root_certs = *ca;
+  }
+  if (!o.tls_cert.empty()) {
+    auto cert = ReadPem("--tls-cert", o.tls_cert);
+    if (!cert.ok()) return cert.status();
+    auto key = ReadPem("--tls-key", o.tls_key);
+    if (!key.ok()) return key.status();
+    ssl.pem_cert_chain = *cert;
+    ssl.pem_private_key = *key;
+  }
+  return grpc::SslCredentials(ssl);
+}
 
 void SetDeadline(grpc::ClientContext* ctx, std::chrono::milliseconds timeout) {
   if (timeout.count() > 0) ctx->set_deadline(std::chrono::system_clock::now() + timeout);
 }
 
-}  // namespace
-
-grpc::ChannelArguments ChannelArgs(const ChannelOptions& options) {
-  grpc::ChannelArguments args;
+grpc::ChannelArguments AddChannelArgs(const ChannelOptions& options, grpc::ChannelArguments args) {
   args.SetMaxReceiveMessageSize(options.max_message_mb << 20);
   args.SetMaxSendMessageSize(options.max_message_mb << 20);
   if (options.retry_unavailable) {
@@ -22,9 +88,45 @@ grpc::ChannelArguments ChannelArgs(const ChannelOptions& options) {
   return args;
 }
 
+}  // namespace
+
+grpc::ChannelArguments ChannelArgs(const ChannelOptions& options) {
+  return AddChannelArgs(options, grpc::ChannelArguments());
+}
+
+StatusOr<std::shared_ptr<grpc::Channel>> OpenChannel(const std::string& target,
+                                                     const ChannelOptions& options,
+                                                     grpc::ChannelArguments args) {
+  auto creds = Credentials(options);
+  if (!creds.ok()) return creds.status();
+  args = AddChannelArgs(options, std::move(args));
+  if (options.token.empty()) return grpc::CreateCustomChannel(target, *creds, args);
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> factories;
+  factories.push_back(std::make_unique<BearerTokenFactory>(options.token));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(target, *creds, args,
+                                                                 std::move(factories));
+}
+
 std::shared_ptr<grpc::Channel> Connect(const std::string& target, const ChannelOptions& options) {
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(),
-                                   ChannelArgs(options));
+  auto channel = OpenChannel(target, options);
+  if (!channel.ok()) {  // only PEM files can fail; callers with files use OpenChannel
+    std::fprintf(stderr, "attention-client: %s\n", channel.status().message().c_str());
+    std::abort();
+  }
+  return *channel;
+}
+
+StatusOr<std::string> ReadTokenFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::InvalidArgument("--token-file " + path + ": cannot open");
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t b = line.find_first_not_of(" \t\r");
+    if (b == std::string::npos || line[b] == '#') continue;
+    const size_t e = line.find_last_not_of(" \t\r");
+    return line.substr(b, e - b + 1);
+  }
+  return Status::InvalidArgument("--token-file " + path + ": no token in it");
 }
 
 AttentionClient::AttentionClient(std::shared_ptr<grpc::Channel> channel)

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "attention/v1/attention.grpc.pb.h"
+#include "attn/status.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
 namespace attn::client {
@@ -19,14 +20,31 @@ struct ChannelOptions {
   // load balancer), up to 4 attempts with backoff. Attention calls have no
   // side effects, so a retry is safe.
   bool retry_unavailable = false;
+  // TLS when `tls` is set or any of the PEM paths is given: the server's
+  // certificate must chain to `tls_ca` (default: the system's roots).
+  // `tls_cert`/`tls_key`: a client certificate, for mutual TLS.
+  bool tls = false;
+  std::string tls_ca, tls_cert, tls_key;
+  // Sent as `authorization: Bearer <token>` on every call (not logged).
+  std::string token;
 };
 
-// The channel arguments for `options` (shared by Connect and the bench).
+// The channel arguments for `options`.
 grpc::ChannelArguments ChannelArgs(const ChannelOptions& options);
 
-// A channel to `target` ("host:port"), plaintext.
+// A channel to `target` ("host:port") with `options`: TLS, client
+// certificate and token included. Fails when a PEM file cannot be read.
+// `args` are extra channel arguments (options' own are added to them).
+StatusOr<std::shared_ptr<grpc::Channel>> OpenChannel(const std::string& target,
+                                                     const ChannelOptions& options,
+                                                     grpc::ChannelArguments args = {});
+
+// OpenChannel for options without files (plaintext, a token): cannot fail.
 std::shared_ptr<grpc::Channel> Connect(const std::string& target,
                                        const ChannelOptions& options = {});
+
+// The token in `path`: its first non-blank line, trimmed.
+StatusOr<std::string> ReadTokenFile(const std::string& path);
 
 class AttentionClient {
  public:

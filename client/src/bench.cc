@@ -1,5 +1,6 @@
 #include "bench.h"
 
+#include <cstdlib>
 #include <unistd.h>
 
 #include <algorithm>
@@ -78,7 +79,12 @@ report:
   --verify                          check every 16th response against core, locally
   --no-progress                     no live line on stderr
   --retry                           retry calls that fail UNAVAILABLE (behind a balancer)
+connection:
   --target HOST:PORT --max-message-mb N
+  --tls                             TLS, trusting the system's CAs
+  --tls-ca FILE                     TLS, trusting this PEM CA bundle
+  --tls-cert FILE --tls-key FILE    a client certificate (mutual TLS)
+  --token-file FILE                 send 'authorization: Bearer <token>' (or ATTN_TOKEN)
 )";
 
 }  // namespace
@@ -88,6 +94,7 @@ std::string BenchUsage() { return kBenchUsage; }
 StatusOr<BenchConfig> ParseBenchFlags(const std::vector<std::string>& args, bool* help) {
   BenchConfig c;
   c.progress = isatty(2) != 0;
+  if (const char* token = std::getenv("ATTN_TOKEN")) c.channel.token = token;
   *help = false;
   bool requests_set = false, duration_set = false;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -100,10 +107,11 @@ StatusOr<BenchConfig> ParseBenchFlags(const std::vector<std::string>& args, bool
     if (eq != std::string::npos) value = name.substr(eq + 1), name = name.substr(0, eq);
     auto flag = [&]() {
       return name == "--verify" || name == "--causal" || name == "--no-progress" ||
-             name == "--retry";
+             name == "--retry" || name == "--tls";
     };
     if (flag()) {
-      if (name == "--retry") c.retry = true;
+      if (name == "--retry") c.channel.retry_unavailable = true;
+      if (name == "--tls") c.channel.tls = true;
       if (name == "--verify") c.verify = true;
       if (name == "--causal") c.causal = true;
       if (name == "--no-progress") c.progress = false;
@@ -119,7 +127,17 @@ StatusOr<BenchConfig> ParseBenchFlags(const std::vector<std::string>& args, bool
     } else if (name == "--max-message-mb") {
       auto x = count(1, 2047);
       if (!x.ok()) return x.status();
-      c.max_message_mb = static_cast<int>(*x);
+      c.channel.max_message_mb = static_cast<int>(*x);
+    } else if (name == "--tls-ca") {
+      c.channel.tls_ca = value;
+    } else if (name == "--tls-cert") {
+      c.channel.tls_cert = value;
+    } else if (name == "--tls-key") {
+      c.channel.tls_key = value;
+    } else if (name == "--token-file") {
+      auto token = ReadTokenFile(value);
+      if (!token.ok()) return token.status();
+      c.channel.token = *token;
     } else if (name == "--op") {
       if (value != "attention" && value != "cross" && value != "mha" && value != "health") {
         return Status::InvalidArgument("--op: expected attention, cross, mha or health, got '" +
@@ -664,10 +682,11 @@ StatusOr<BenchReport> RunBench(const BenchConfig& config, const std::atomic<bool
   std::vector<std::unique_ptr<attention::v1::AttentionService::Stub>> stubs;
   std::vector<std::unique_ptr<grpc::health::v1::Health::Stub>> health;
   for (int i = 0; i < config.connections; ++i) {
-    grpc::ChannelArguments args = ChannelArgs({config.max_message_mb, config.retry});
+    grpc::ChannelArguments args;
     args.SetInt("attn.bench_connection", i);  // distinct args: a TCP connection each
-    channels.push_back(
-        grpc::CreateCustomChannel(config.target, grpc::InsecureChannelCredentials(), args));
+    auto channel = OpenChannel(config.target, config.channel, args);
+    if (!channel.ok()) return channel.status();
+    channels.push_back(std::move(*channel));
     stubs.push_back(attention::v1::AttentionService::NewStub(channels.back()));
     health.push_back(grpc::health::v1::Health::NewStub(channels.back()));
   }
@@ -778,7 +797,11 @@ std::string ReportToJson(const BenchReport& r) {
     << ", \"connections\": " << c.connections << ", \"requests\": " << c.requests
     << ", \"duration_s\": " << Num(c.duration_s) << ", \"rps\": " << Num(c.rps)
     << ", \"warmup_s\": " << Num(c.warmup_s) << ", \"timeout_s\": " << Num(c.timeout_s)
-    << ", \"retry\": " << (c.retry ? "true" : "false")
+    << ", \"retry\": " << (c.channel.retry_unavailable ? "true" : "false")
+    << ", \"tls\": "
+    << (c.channel.tls || !c.channel.tls_ca.empty() || !c.channel.tls_cert.empty() ? "true"
+                                                                                    : "false")
+    << ", \"token\": " << (c.channel.token.empty() ? "false" : "true")
     << ", \"verify\": " << (c.verify ? "true" : "false") << "},\n  \"levels\": [";
   for (size_t i = 0; i < r.levels.size(); ++i) {
     const LevelReport& l = r.levels[i];

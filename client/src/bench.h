@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_client.h"
 #include "attn/status.h"
 #include "host_array.h"
 
@@ -19,8 +20,9 @@ namespace attn::client {
 
 struct BenchConfig {
   std::string target = "localhost:50051";
-  int max_message_mb = 64;
-  bool retry = false;      // --retry: retry UNAVAILABLE (behind a load balancer)
+  // --max-message-mb, --retry, --tls, --tls-ca, --tls-cert, --tls-key and
+  // --token-file (or ATTN_TOKEN).
+  ChannelOptions channel;
   std::string op = "mha";  // attention | cross | mha | health
   std::string model;       // server-side weights; else inline shapes
   // Inline shapes (and the input sizes with --model: batch, seq_q, seq_k).

@@ -40,6 +40,12 @@ common flags:
   --target HOST:PORT     server (default localhost:50051)
   --timeout-ms N         per-call deadline (default 30000)
   --max-message-mb N     largest message (default 64)
+  --tls                  TLS, trusting the system's CAs
+  --tls-ca FILE          TLS, trusting this PEM CA bundle
+  --tls-cert FILE --tls-key FILE
+                         a client certificate (mutual TLS)
+  --token-file FILE      send 'authorization: Bearer <token>' (its first line);
+                         or set ATTN_TOKEN
 
 inputs (attention, cross, mha): a JSON array, or a .npy file path
   --query ARR  --key ARR  --value ARR      (attention, mha)
@@ -70,8 +76,10 @@ const std::set<std::string> kValueFlags = {
     "--target", "--timeout-ms", "--max-message-mb", "--service",          "--query",
     "--key",    "--value",      "--decoder",        "--encoder",          "--random",
     "--seed",   "--model",      "--num-heads",      "--key-padding-mask", "--attn-bias",
-    "--scale",  "--encoding",   "--output",         "--weights-output",   "--precision"};
-const std::set<std::string> kBoolFlags = {"--causal", "--return-weights", "--per-head-weights"};
+    "--scale",  "--encoding",   "--output",         "--weights-output",   "--precision",
+    "--tls-ca", "--tls-cert",   "--tls-key",        "--token-file"};
+const std::set<std::string> kBoolFlags = {"--causal", "--return-weights", "--per-head-weights",
+                                          "--tls"};
 
 int Fail(const std::string& msg, int code = 2) {
   std::fprintf(stderr, "attention-client: %s\n", msg.c_str());
@@ -221,8 +229,21 @@ int main(int argc, char** argv) {
   }
   const Encoding enc = enc_name == "values" ? Encoding::kValues : Encoding::kData;
   const auto timeout = std::chrono::milliseconds(timeout_ms);
-  attn::client::AttentionClient client(
-      attn::client::Connect(get("--target", "localhost:50051"), {static_cast<int>(max_mb)}));
+  attn::client::ChannelOptions channel_options;
+  channel_options.max_message_mb = static_cast<int>(max_mb);
+  channel_options.tls = a.flags.count("--tls") > 0;
+  channel_options.tls_ca = get("--tls-ca");
+  channel_options.tls_cert = get("--tls-cert");
+  channel_options.tls_key = get("--tls-key");
+  if (const char* token = std::getenv("ATTN_TOKEN")) channel_options.token = token;
+  if (a.values.count("--token-file")) {
+    auto token = attn::client::ReadTokenFile(get("--token-file"));
+    if (!token.ok()) return Fail(token.status().message());
+    channel_options.token = *token;
+  }
+  auto channel = attn::client::OpenChannel(get("--target", "localhost:50051"), channel_options);
+  if (!channel.ok()) return Fail(channel.status().message());
+  attn::client::AttentionClient client(*channel);
 
   if (a.command == "health") {
     std::string status;

@@ -4,6 +4,8 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
 
+#include <fstream>
+#include <sstream>
 #include <vector>
 
 #include "attn/attention.h"
@@ -37,6 +39,36 @@ Status WarmUp(const ModelRegistry& models, int threads) {
   return Status::Ok();
 }
 
+// The whole of a PEM file named by `flag`.
+StatusOr<std::string> ReadPem(const char* flag, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::InvalidArgument(std::string(flag) + " " + path + ": cannot open");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (text.str().find("-----BEGIN ") == std::string::npos) {
+    return Status::InvalidArgument(std::string(flag) + " " + path + ": not a PEM file");
+  }
+  return text.str();
+}
+
+StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const ServerConfig& config) {
+  if (config.tls_cert.empty()) return grpc::InsecureServerCredentials();
+  auto cert = ReadPem("--tls-cert", config.tls_cert);
+  if (!cert.ok()) return cert.status();
+  auto key = ReadPem("--tls-key", config.tls_key);
+  if (!key.ok()) return key.status();
+  grpc::SslServerCredentialsOptions ssl(
+      config.tls_client_ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                                   : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  if (!config.tls_client_ca.empty()) {
+    auto ca = ReadPem("--tls-client-ca", config.tls_client_ca);
+    if (!ca.ok()) return ca.status();
+    ssl.pem_root_certs = *ca;
+  }
+  ssl.pem_key_cert_pairs.push_back({*key, *cert});
+  return grpc::SslServerCredentials(ssl);
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerConfig& config) {
@@ -53,8 +85,26 @@ StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerCo
   const int threads = config.threads > 0 ? config.threads : AvailableCpus();
   SetComputeThreads(threads);
   s->scheduler_ = std::make_unique<ComputeScheduler>(threads, config.max_queue);
-  s->service_ =
-      std::make_unique<AttentionServiceImpl>(s->models_.get(), s->scheduler_.get(), config.limits);
+  if (!config.auth_token_file.empty()) {
+    s->auth_ = std::make_unique<TokenAuth>();
+    ATTN_RETURN_IF_ERROR(s->auth_->Load(config.auth_token_file));
+  }
+  std::vector<ModelInfoLabels> labels;
+  for (const AttentionModel* m : s->models_->All()) {
+    const ModelInfo& i = m->info();
+    labels.push_back({i.name, ModelKindName(i.kind), i.embed_dim, i.num_heads, i.kdim, i.vdim});
+  }
+  s->metrics_ = std::make_unique<ServerMetrics>(std::move(labels));
+  ServiceOptions options;
+  options.models = s->models_.get();
+  options.scheduler = s->scheduler_.get();
+  options.limits = config.limits;
+  options.max_inflight = config.max_inflight;
+  options.auth = s->auth_.get();
+  options.metrics = s->metrics_.get();
+  s->service_ = std::make_unique<AttentionServiceImpl>(options);
+  auto credentials = Credentials(config);
+  if (!credentials.ok()) return credentials.status();
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -63,7 +113,7 @@ StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerCo
   // gRPC sets SO_REUSEPORT by default: a second server on a busy port would
   // silently share it. A port in use must be an error instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &s->port_);
+  builder.AddListeningPort(address, *credentials, &s->port_);
   builder.RegisterService(s->service_.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.limits.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(config.limits.max_message_bytes));
@@ -73,6 +123,13 @@ StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerCo
                   "cannot listen on " + address + " (in use, or a bad address?)");
   }
   s->SetServing(false);
+  if (config.metrics_port >= 0) {
+    AttentionServer* self = s.get();
+    auto http = MetricsHttpServer::Start(config.host, config.metrics_port,
+                                         [self] { return self->RenderMetrics(); });
+    if (!http.ok()) return http.status();
+    s->metrics_http_ = std::move(*http);
+  }
   const auto t0 = std::chrono::steady_clock::now();
   ATTN_RETURN_IF_ERROR(WarmUp(*s->models_, threads));
   LogMessage(spdlog::level::info,
@@ -80,6 +137,16 @@ StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerCo
                          "oneDNN ISA {}; softmax kernels {}",
                          config.host, s->port_, threads, AvailableCpus(), OneDnnIsaName(),
                          UsingAvx512Kernels() ? "avx512" : "portable"));
+  LogMessage(spdlog::level::info,
+             fmt::format("transport {}; bearer tokens {}; metrics {}; max in flight {}, queued {}",
+                         config.tls_cert.empty()          ? "plaintext"
+                         : config.tls_client_ca.empty() ? "TLS"
+                                                          : "mutual TLS",
+                         s->auth_ ? std::to_string(s->auth_->size()) + " loaded" : "off",
+                         s->metrics_http_ ? fmt::format("http://{}:{}/metrics", config.host,
+                                                        s->metrics_http_->port())
+                                          : "off",
+                         config.max_inflight, config.max_queue));
   for (const AttentionModel* m : s->models_->All()) {
     const ModelInfo& i = m->info();
     LogMessage(spdlog::level::info,
@@ -117,6 +184,28 @@ void AttentionServer::Shutdown(std::chrono::milliseconds grace) {
   SetServing(false);
   server_->Shutdown(std::chrono::system_clock::now() + grace);
   server_->Wait();
+  metrics_http_.reset();
+}
+
+std::string AttentionServer::RenderMetrics() const {
+  MetricsGauges g;
+  g.in_flight = service_->calls_in_flight();
+  g.queued = scheduler_->queued();
+  g.running = scheduler_->running();
+  g.compute_threads = scheduler_->cpus();
+  g.max_inflight = config_.max_inflight;
+  g.max_queue = config_.max_queue;
+  g.calls_skipped = service_->calls_skipped();
+  return metrics_->Render(g);
+}
+
+Status AttentionServer::ReloadTokens() {
+  if (!auth_) return Status(StatusCode::kFailedPrecondition, "no --auth-token-file to reload");
+  Status st = auth_->Reload();
+  LogMessage(st.ok() ? spdlog::level::info : spdlog::level::warn,
+             st.ok() ? fmt::format("reloaded --auth-token-file: {} tokens", auth_->size())
+                     : "token reload failed, keeping the old tokens: " + st.message());
+  return st;
 }
 
 void AttentionServer::Wait() { server_->Wait(); }

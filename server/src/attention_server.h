@@ -12,8 +12,11 @@
 #include "attention_service.h"
 #include "attn/status.h"
 #include "compute_scheduler.h"
+#include "metrics_http.h"
 #include "model_registry.h"
 #include "server_config.h"
+#include "server_metrics.h"
+#include "token_auth.h"
 
 namespace attn::server {
 
@@ -30,6 +33,12 @@ class AttentionServer {
   int compute_threads() const { return scheduler_->cpus(); }
   // Calls computing or waiting for a CPU.
   int calls_in_flight() const { return scheduler_->running() + scheduler_->queued(); }
+  // The port of /metrics, or -1 when --metrics-port is off.
+  int metrics_port() const { return metrics_http_ ? metrics_http_->port() : -1; }
+  // The Prometheus text /metrics serves.
+  std::string RenderMetrics() const;
+  // Reads --auth-token-file again (SIGHUP). On error the old tokens stay.
+  Status ReloadTokens();
   // Calls dropped unanswered because their client gave up while they waited.
   int64_t calls_skipped() const { return service_->calls_skipped(); }
   // A channel to this server that bypasses the network.
@@ -48,7 +57,10 @@ class AttentionServer {
   ServerConfig config_;
   std::unique_ptr<ModelRegistry> models_;
   std::unique_ptr<ComputeScheduler> scheduler_;
+  std::unique_ptr<TokenAuth> auth_;  // null without --auth-token-file
+  std::unique_ptr<ServerMetrics> metrics_;
   std::unique_ptr<AttentionServiceImpl> service_;
+  std::unique_ptr<MetricsHttpServer> metrics_http_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   bool shut_down_ = false;

@@ -11,103 +11,163 @@
 #include "status_mapping.h"
 
 namespace attn::server {
-namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double MillisSince(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+namespace {
+
+double SecondsBetween(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
 }
 
-void LogCall(const char* rpc, grpc::CallbackServerContext* ctx, const PreparedCall& call,
-             const Status& st, Clock::time_point start) {
-  // Check first: building the shapes and the peer costs more than a small
-  // call's compute, and debug is usually off.
-  if (!spdlog::should_log(st.ok() ? spdlog::level::debug : spdlog::level::warn)) return;
-  AccessRecord r;
-  r.rpc = rpc;
-  r.model = call.model.empty() ? "-" : call.model;
-  r.shapes = call.Shapes();
-  r.code = StatusCodeName(st.code());
-  r.latency_ms = MillisSince(start);
-  r.peer = ctx->peer();
-  r.reason = st.message();
-  LogAccess(r);
+std::string Micros(Clock::duration d) {
+  return std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
 }
-
-// A reactor that tells the call when gRPC cancels it (client cancel or
-// deadline), so queued work is dropped and running work stops between blocks.
-class CallReactor final : public grpc::ServerUnaryReactor {
- public:
-  explicit CallReactor(std::shared_ptr<PreparedCall> call) : call_(std::move(call)) {}
-  void OnCancel() override { call_->cancelled = true; }
-  void OnDone() override { delete this; }
-
- private:
-  std::shared_ptr<PreparedCall> call_;
-};
 
 }  // namespace
 
-AttentionServiceImpl::AttentionServiceImpl(const ModelRegistry* models, ComputeScheduler* scheduler,
-                                           RequestLimits limits)
-    : models_(models), scheduler_(scheduler), limits_(limits) {}
+// One call's reactor: it finishes the call (access line, metrics), tells
+// the call when gRPC cancels it (client cancel or deadline: queued work is
+// dropped, running work stops between blocks), and holds the call's
+// in-flight slot until gRPC is done with it.
+class CallReactor final : public grpc::ServerUnaryReactor {
+ public:
+  CallReactor(AttentionServiceImpl* service, Rpc rpc, grpc::CallbackServerContext* ctx,
+              int64_t bytes_in)
+      : service_(service),
+        rpc_(rpc),
+        ctx_(ctx),
+        bytes_in_(bytes_in),
+        start_(Clock::now()),
+        call_(std::make_shared<PreparedCall>()) {}
+
+  void OnCancel() override { call_->cancelled = true; }
+  void OnDone() override {
+    service_->in_flight_.fetch_sub(1, std::memory_order_relaxed);
+    delete this;
+  }
+
+  const std::shared_ptr<PreparedCall>& call() const { return call_; }
+  Clock::time_point start() const { return start_; }
+
+  // Finishes the call. `began`: when it reached a CPU (default: it never did).
+  void Done(const Status& st, const attention::v1::AttentionResponse* resp,
+            Clock::time_point began = {}) {
+    const auto now = Clock::now();
+    const bool computed = began != Clock::time_point{};
+    if (computed) {
+      // Where the time went, for load testers: waiting for a CPU, computing.
+      ctx_->AddTrailingMetadata("attn-queue-us", Micros(began - start_));
+      ctx_->AddTrailingMetadata("attn-compute-us", Micros(now - began));
+    }
+    if (ServerMetrics* m = service_->options_.metrics) {
+      m->RecordCall(rpc_, m->ModelIndex(call_->model), static_cast<int>(st.code()),
+                    SecondsBetween(start_, now), computed ? SecondsBetween(start_, began) : -1,
+                    computed ? SecondsBetween(began, now) : -1, bytes_in_,
+                    st.ok() && resp ? static_cast<int64_t>(resp->ByteSizeLong()) : 0);
+    }
+    Log(st, now);
+    Finish(ToGrpcStatus(st));
+  }
+
+ private:
+  void Log(const Status& st, Clock::time_point now) const {
+    // Check first: building the shapes and the peer costs more than a small
+    // call's compute, and debug is usually off.
+    if (!spdlog::should_log(st.ok() ? spdlog::level::debug : spdlog::level::warn)) return;
+    AccessRecord r;
+    r.rpc = RpcName(rpc_);
+    r.model = call_->model.empty() ? "-" : call_->model;
+    r.shapes = call_->Shapes();
+    r.code = StatusCodeName(st.code());
+    r.latency_ms = SecondsBetween(start_, now) * 1e3;
+    r.peer = ctx_->peer();
+    r.reason = st.message();
+    LogAccess(r);
+  }
+
+  AttentionServiceImpl* const service_;
+  const Rpc rpc_;
+  grpc::CallbackServerContext* const ctx_;
+  const int64_t bytes_in_;
+  const Clock::time_point start_;
+  std::shared_ptr<PreparedCall> call_;
+};
+
+AttentionServiceImpl::AttentionServiceImpl(const ServiceOptions& options) : options_(options) {}
+
+Status AttentionServiceImpl::Authenticate(grpc::CallbackServerContext* ctx) const {
+  if (options_.auth == nullptr) return Status::Ok();
+  const auto& md = ctx->client_metadata();
+  const auto it = md.find("authorization");
+  if (it == md.end()) return options_.auth->Check(nullptr, 0);
+  return options_.auth->Check(it->second.data(), it->second.size());
+}
 
 template <typename Request, typename Prepare>
-grpc::ServerUnaryReactor* AttentionServiceImpl::Handle(const char* rpc,
-                                                       grpc::CallbackServerContext* ctx,
+grpc::ServerUnaryReactor* AttentionServiceImpl::Handle(Rpc rpc, grpc::CallbackServerContext* ctx,
                                                        const Request* req,
                                                        attention::v1::AttentionResponse* resp,
                                                        Prepare prepare) {
-  const auto start = Clock::now();
-  auto call = std::make_shared<PreparedCall>();
-  grpc::ServerUnaryReactor* reactor = new CallReactor(call);
-  Status st = prepare(*req, *models_, limits_, call.get());
+  // Counted from here until OnDone, rejected calls included.
+  const int in_flight = in_flight_.fetch_add(1, std::memory_order_relaxed) + 1;
+  auto* reactor = new CallReactor(
+      this, rpc, ctx,
+      options_.metrics != nullptr ? static_cast<int64_t>(req->ByteSizeLong()) : 0);
+  Status st = Authenticate(ctx);
   if (!st.ok()) {
-    LogCall(rpc, ctx, *call, st, start);
-    reactor->Finish(ToGrpcStatus(st));
+    reactor->Done(st, nullptr);
     return reactor;
   }
-  const int threads = call->cost.flops < kParallelFlops ? 1 : scheduler_->cpus();
-  const RequestLimits limits = limits_;
-  auto run = [this, rpc, ctx, reactor, resp, call, limits, start](int granted) {
+  if (in_flight > options_.max_inflight) {
+    reactor->Done(Status::ResourceExhausted(
+                      "server: " + std::to_string(options_.max_inflight) +
+                      " calls in flight already, the limit (--max-inflight); retry later"),
+                  nullptr);
+    return reactor;
+  }
+  const std::shared_ptr<PreparedCall>& call = reactor->call();
+  st = prepare(*req, *options_.models, options_.limits, call.get());
+  if (!st.ok()) {
+    reactor->Done(st, nullptr);
+    return reactor;
+  }
+  ComputeScheduler* scheduler = options_.scheduler;
+  const int threads = call->cost.flops < kParallelFlops ? 1 : scheduler->cpus();
+  auto run = [this, ctx, reactor, resp, call](int granted) {
     const auto began = Clock::now();
     Status result;
     if (call->cancelled || std::chrono::system_clock::now() > ctx->deadline()) {
       // Nobody is waiting for this answer any more: do not compute it.
       ++skipped_;
+      const auto waited_ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(began - reactor->start()).count();
       result = call->cancelled
                    ? Status::Cancelled("cancelled while waiting for a CPU; not computed")
                    : Status(StatusCode::kDeadlineExceeded,
-                            "deadline passed after " +
-                                std::to_string(static_cast<int>(MillisSince(start))) +
+                            "deadline passed after " + std::to_string(waited_ms) +
                                 " ms waiting for a CPU; not computed");
     } else {
       try {
         auto out = call->compute(granted);
-        result = out.ok() ? EncodeResponse(*out, call->encoding, limits, resp) : out.status();
+        result = out.ok() ? EncodeResponse(*out, call->encoding, options_.limits, resp)
+                          : out.status();
       } catch (const std::exception& e) {  // core throws nothing; this is a last guard
         result = Status::Internal(std::string("unexpected error: ") + e.what());
       }
     }
-    // Where the time went, for load testers: waiting for a CPU, computing.
-    const auto us = [](Clock::duration d) {
-      return std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
-    };
-    ctx->AddTrailingMetadata("attn-queue-us", us(began - start));
-    ctx->AddTrailingMetadata("attn-compute-us", us(Clock::now() - began));
-    LogCall(rpc, ctx, *call, result, start);
-    reactor->Finish(ToGrpcStatus(result));
+    reactor->Done(result, resp, began);
   };
   // A small call with a free CPU runs right here, on gRPC's thread; anything
   // else waits its turn on a compute worker.
-  if (threads == 1 && scheduler_->TryAcquire(1)) {
+  if (threads == 1 && scheduler->TryAcquire(1)) {
     run(1);
-    scheduler_->Release(1);
-  } else if (!scheduler_->Submit(threads, std::move(run))) {
-    st = Status::ResourceExhausted("server: the compute queue is full; retry later");
-    LogCall(rpc, ctx, *call, st, start);
-    reactor->Finish(ToGrpcStatus(st));
+    scheduler->Release(1);
+  } else if (!scheduler->Submit(threads, std::move(run))) {
+    reactor->Done(Status::ResourceExhausted("server: the compute queue is full (--max-queue " +
+                                            std::to_string(scheduler->max_queue()) +
+                                            "); retry later"),
+                  nullptr);
   }
   return reactor;
 }
@@ -115,43 +175,55 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Handle(const char* rpc,
 grpc::ServerUnaryReactor* AttentionServiceImpl::Attention(
     grpc::CallbackServerContext* ctx, const attention::v1::AttentionRequest* req,
     attention::v1::AttentionResponse* resp) {
-  return Handle("Attention", ctx, req, resp, PrepareAttention);
+  return Handle(Rpc::kAttention, ctx, req, resp, PrepareAttention);
 }
 
 grpc::ServerUnaryReactor* AttentionServiceImpl::CrossAttention(
     grpc::CallbackServerContext* ctx, const attention::v1::CrossAttentionRequest* req,
     attention::v1::AttentionResponse* resp) {
-  return Handle("CrossAttention", ctx, req, resp, PrepareCrossAttention);
+  return Handle(Rpc::kCrossAttention, ctx, req, resp, PrepareCrossAttention);
 }
 
 grpc::ServerUnaryReactor* AttentionServiceImpl::MultiHeadAttention(
     grpc::CallbackServerContext* ctx, const attention::v1::MultiHeadAttentionRequest* req,
     attention::v1::AttentionResponse* resp) {
-  return Handle("MultiHeadAttention", ctx, req, resp, PrepareMultiHeadAttention);
+  return Handle(Rpc::kMultiHeadAttention, ctx, req, resp, PrepareMultiHeadAttention);
 }
 
 grpc::ServerUnaryReactor* AttentionServiceImpl::ListModels(
     grpc::CallbackServerContext* ctx, const attention::v1::ListModelsRequest* /*req*/,
     attention::v1::ListModelsResponse* resp) {
-  for (const AttentionModel* m : models_->All()) {
-    const ModelInfo& info = m->info();
-    auto* out = resp->add_models();
-    out->set_name(info.name);
-    out->set_kind(ModelKindName(info.kind));
-    out->set_embed_dim(info.embed_dim);
-    out->set_num_heads(info.num_heads);
-    out->set_kdim(info.kdim);
-    out->set_vdim(info.vdim);
+  const auto start = Clock::now();
+  Status st = Authenticate(ctx);
+  if (st.ok()) {
+    for (const AttentionModel* m : options_.models->All()) {
+      const ModelInfo& info = m->info();
+      auto* out = resp->add_models();
+      out->set_name(info.name);
+      out->set_kind(ModelKindName(info.kind));
+      out->set_embed_dim(info.embed_dim);
+      out->set_num_heads(info.num_heads);
+      out->set_kdim(info.kdim);
+      out->set_vdim(info.vdim);
+    }
   }
-  if (spdlog::should_log(spdlog::level::debug)) {
+  if (ServerMetrics* m = options_.metrics) {
+    m->RecordCall(Rpc::kListModels, m->num_models(), static_cast<int>(st.code()),
+                  SecondsBetween(start, Clock::now()), -1, -1, 0,
+                  static_cast<int64_t>(resp->ByteSizeLong()));
+  }
+  if (spdlog::should_log(st.ok() ? spdlog::level::debug : spdlog::level::warn)) {
     AccessRecord r;
     r.rpc = "ListModels";
     r.model = "-";
+    r.code = StatusCodeName(st.code());
+    r.latency_ms = SecondsBetween(start, Clock::now()) * 1e3;
     r.peer = ctx->peer();
+    r.reason = st.message();
     LogAccess(r);
   }
   auto* reactor = ctx->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
+  reactor->Finish(ToGrpcStatus(st));
   return reactor;
 }
 

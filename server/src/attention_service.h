@@ -14,14 +14,28 @@
 #include "compute_scheduler.h"
 #include "model_registry.h"
 #include "request_limits.h"
+#include "server_metrics.h"
+#include "token_auth.h"
 
 namespace attn::server {
 
+struct ServiceOptions {
+  // Must outlive the service.
+  const ModelRegistry* models = nullptr;
+  ComputeScheduler* scheduler = nullptr;
+  RequestLimits limits;
+  // Calls held at once (arrival to OnDone); more get RESOURCE_EXHAUSTED
+  // before their request is even looked at.
+  int max_inflight = 256;
+  // Optional; must outlive the service. With `auth`, every call needs a
+  // valid bearer token. With `metrics`, every call is counted.
+  const TokenAuth* auth = nullptr;
+  ServerMetrics* metrics = nullptr;
+};
+
 class AttentionServiceImpl final : public attention::v1::AttentionService::CallbackService {
  public:
-  // All three must outlive the service.
-  AttentionServiceImpl(const ModelRegistry* models, ComputeScheduler* scheduler,
-                       RequestLimits limits);
+  explicit AttentionServiceImpl(const ServiceOptions& options);
 
   grpc::ServerUnaryReactor* Attention(grpc::CallbackServerContext* ctx,
                                       const attention::v1::AttentionRequest* req,
@@ -42,17 +56,20 @@ class AttentionServiceImpl final : public attention::v1::AttentionService::Callb
   // Calls dropped before computing because their deadline passed or the
   // client cancelled while they waited for a CPU.
   int64_t calls_skipped() const { return skipped_.load(); }
+  // Calls from arrival until gRPC is done with them (response sent).
+  int calls_in_flight() const { return in_flight_.load(std::memory_order_relaxed); }
 
  private:
+  friend class CallReactor;
   template <typename Request, typename Prepare>
-  grpc::ServerUnaryReactor* Handle(const char* rpc, grpc::CallbackServerContext* ctx,
-                                   const Request* req, attention::v1::AttentionResponse* resp,
-                                   Prepare prepare);
+  grpc::ServerUnaryReactor* Handle(Rpc rpc, grpc::CallbackServerContext* ctx, const Request* req,
+                                   attention::v1::AttentionResponse* resp, Prepare prepare);
+  // OK, or why the call may not proceed (UNAUTHENTICATED).
+  Status Authenticate(grpc::CallbackServerContext* ctx) const;
 
-  const ModelRegistry* models_;
-  ComputeScheduler* scheduler_;
-  const RequestLimits limits_;
+  const ServiceOptions options_;
   std::atomic<int64_t> skipped_{0};
+  std::atomic<int> in_flight_{0};
 };
 
 }  // namespace attn::server

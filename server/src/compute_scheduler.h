@@ -38,6 +38,7 @@ class ComputeScheduler {
   void Release(int threads);
 
   int cpus() const { return cpus_; }
+  int max_queue() const { return max_queue_; }
   // Jobs waiting, and jobs running (for metrics and tests).
   int queued() const;
   int running() const;

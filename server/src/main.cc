@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   sigemptyset(&stop);
   sigaddset(&stop, SIGINT);
   sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
 
   auto server = attn::server::AttentionServer::Start(*config);
@@ -39,7 +40,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   int sig = 0;
-  sigwait(&stop, &sig);
+  // SIGHUP reloads --auth-token-file (a no-op line without one).
+  while (sigwait(&stop, &sig) == 0 && sig == SIGHUP) {
+    if (!config->auth_token_file.empty()) {
+      (void)(*server)->ReloadTokens();  // logs the outcome; old tokens stay on error
+    } else {
+      attn::server::LogMessage(spdlog::level::info, "SIGHUP: no --auth-token-file to reload");
+    }
+  }
   // Graceful: NOT_SERVING first (probes and balancers stop sending), then no
   // new calls, then the calls in flight get --shutdown-grace to finish.
   attn::server::LogMessage(

@@ -64,6 +64,15 @@ Setter OneOf(std::vector<std::string> choices, void (*store)(ServerConfig*, cons
   };
 }
 
+// A non-empty path, stored by `store` (opened at start-up, with its error).
+Setter Path(void (*store)(ServerConfig*, const std::string&)) {
+  return [store](const std::string& name, const std::string& v, ServerConfig* c) {
+    if (v.empty()) return Status::InvalidArgument(name + ": expected a file path, got ''");
+    store(c, v);
+    return Status::Ok();
+  };
+}
+
 const std::map<std::string, Flag>& Flags() {
   using C = ServerConfig;
   static const auto* flags = new std::map<std::string, Flag>{
@@ -99,8 +108,13 @@ const std::map<std::string, Flag>& Flags() {
       {"--max-message-mb",
        {"ATTN_MAX_MESSAGE_MB", "largest request or response message, MiB (default 64)",
         Int(1, 2047, [](C* c, long long x) { c->limits.max_message_bytes = x << 20; })}},
+      {"--max-inflight",
+       {"ATTN_MAX_INFLIGHT",
+        "calls held at once, from arrival to answer, queued ones included; more get "
+        "RESOURCE_EXHAUSTED (default 256)",
+        Int(1, 1 << 20, [](C* c, long long x) { c->max_inflight = static_cast<int>(x); })}},
       {"--max-queue",
-       {"ATTN_MAX_QUEUE", "calls waiting for compute before RESOURCE_EXHAUSTED (default 256)",
+       {"ATTN_MAX_QUEUE", "calls waiting for a CPU before RESOURCE_EXHAUSTED (default 128)",
         Int(0, 1 << 20, [](C* c, long long x) { c->max_queue = static_cast<int>(x); })}},
       {"--shutdown-grace",
        {"ATTN_SHUTDOWN_GRACE", "seconds calls in flight get to finish after SIGTERM (default 10)",
@@ -120,6 +134,24 @@ const std::map<std::string, Flag>& Flags() {
         "result and intermediate buffers of one request, MiB (default 2048)",
         Int(1, 1LL << 30,
             [](C* c, long long x) { c->limits.max_request_memory_bytes = x << 20; })}},
+      {"--metrics-port",
+       {"ATTN_METRICS_PORT",
+        "HTTP port of Prometheus /metrics, on --host (default -1: off; 0 picks a free port)",
+        Int(-1, 65535, [](C* c, long long x) { c->metrics_port = static_cast<int>(x); })}},
+      {"--tls-cert",
+       {"ATTN_TLS_CERT", "PEM certificate chain; with --tls-key, serve TLS only",
+        Path([](C* c, const std::string& v) { c->tls_cert = v; })}},
+      {"--tls-key",
+       {"ATTN_TLS_KEY", "PEM private key of --tls-cert",
+        Path([](C* c, const std::string& v) { c->tls_key = v; })}},
+      {"--tls-client-ca",
+       {"ATTN_TLS_CLIENT_CA", "PEM CA bundle; clients must present a certificate it signed (mTLS)",
+        Path([](C* c, const std::string& v) { c->tls_client_ca = v; })}},
+      {"--auth-token-file",
+       {"ATTN_AUTH_TOKEN_FILE",
+        "file of bearer tokens, one per line, reloaded on SIGHUP; calls must send "
+        "'authorization: Bearer <token>' (health stays open)",
+        Path([](C* c, const std::string& v) { c->auth_token_file = v; })}},
   };
   return *flags;
 }
@@ -172,6 +204,14 @@ StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& args,
       value = args[++i];
     }
     ATTN_RETURN_IF_ERROR(it->second.set(name, value, &c));
+  }
+  if (c.tls_cert.empty() != c.tls_key.empty()) {
+    return Status::InvalidArgument("--tls-cert and --tls-key go together: got only " +
+                                   std::string(c.tls_cert.empty() ? "--tls-key" : "--tls-cert"));
+  }
+  if (!c.tls_client_ca.empty() && c.tls_cert.empty()) {
+    return Status::InvalidArgument(
+        "--tls-client-ca (mutual TLS) needs --tls-cert and --tls-key");
   }
   return c;
 }

@@ -19,14 +19,21 @@ struct ServerConfig {
   int threads = 0;                 // --threads, ATTN_THREADS; 0: the CPUs this process may use
   std::string log_level = "info";  // --log-level, ATTN_LOG_LEVEL
   LogFormat log_format = LogFormat::kText;  // --log-format text|json, ATTN_LOG_FORMAT
-  int max_queue = 256;                      // --max-queue, ATTN_MAX_QUEUE
+  int max_inflight = 256;                   // --max-inflight, ATTN_MAX_INFLIGHT
+  int max_queue = 128;                      // --max-queue, ATTN_MAX_QUEUE
   double shutdown_grace_s = 10;             // --shutdown-grace, ATTN_SHUTDOWN_GRACE (seconds)
   RequestLimits limits;                     // --max-message-mb and the other --max-* flags
+  int metrics_port = -1;        // --metrics-port, ATTN_METRICS_PORT; -1: off, 0: a free port
+  std::string tls_cert;         // --tls-cert, ATTN_TLS_CERT (PEM); with tls_key: serve TLS
+  std::string tls_key;          // --tls-key, ATTN_TLS_KEY (PEM)
+  std::string tls_client_ca;    // --tls-client-ca, ATTN_TLS_CLIENT_CA: require client certs
+  std::string auth_token_file;  // --auth-token-file, ATTN_AUTH_TOKEN_FILE: require a token
 };
 
 // Parses argv (without argv[0]) over the environment read through `getenv`.
 // Returns INVALID_ARGUMENT naming the flag for a bad value or unknown flag.
-// Sets *help when --help was given.
+// Sets *help when --help was given. Flags that only make sense together
+// (--tls-cert and --tls-key; --tls-client-ca needs them) are checked too.
 StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& args,
                                          const std::function<const char*(const char*)>& getenv,
                                          bool* help);

@@ -23,6 +23,7 @@ enum class StatusCode : int {
   kUnimplemented = 12,
   kInternal = 13,
   kDataLoss = 15,
+  kUnauthenticated = 16,  // used by the server only
 };
 
 // Returns a stable upper-case name, e.g. "INVALID_ARGUMENT".

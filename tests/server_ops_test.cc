@@ -1,0 +1,596 @@
+// Operating the server: admission control (--max-inflight, --max-queue),
+// Prometheus /metrics, bearer tokens and TLS/mTLS (certificates made with the
+// openssl CLI at test time). Every server binds to 127.0.0.1 on a free port.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "attention_client.h"
+#include "host_array.h"
+#include "test_server.h"
+
+namespace attn {
+namespace {
+
+using attention::v1::AttentionRequest;
+using attention::v1::AttentionResponse;
+using attention::v1::MultiHeadAttentionRequest;
+using Clock = std::chrono::steady_clock;
+
+client::HostArray Ramp(Shape shape, float step) {
+  client::HostArray a;
+  a.shape = std::move(shape);
+  int64_t n = 1;
+  for (int64_t d : a.shape) n *= d;
+  for (int64_t i = 0; i < n; ++i) a.values.push_back(std::sin(step * static_cast<float>(i)));
+  return a;
+}
+
+// SDPA over [1, 8, L, 64]: long enough to hold a CPU for a while.
+AttentionRequest LongSdpa(int64_t l) {
+  AttentionRequest req;
+  *req.mutable_query() = client::ToWire(Ramp({1, 8, l, 64}, 0.37f), client::Encoding::kData);
+  return req;
+}
+
+AttentionRequest SmallSdpa() {
+  AttentionRequest req;
+  *req.mutable_query() = client::ToWire(Ramp({1, 5, 2}, 0.5f), client::Encoding::kData);
+  return req;
+}
+
+// Waits (bounded) until `done()`; returns it.
+bool WaitFor(const std::function<bool()>& done, std::chrono::seconds limit = std::chrono::seconds(30)) {
+  const auto until = Clock::now() + limit;
+  while (!done() && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return done();
+}
+
+// Long calls started on their own threads, joined at the end.
+class Background {
+ public:
+  explicit Background(std::string target) : target_(std::move(target)) {}
+  ~Background() {
+    for (auto& t : threads_) t.join();
+  }
+  void Start(AttentionRequest req) {
+    threads_.emplace_back([this, req = std::move(req)] {
+      client::AttentionClient c(client::Connect(target_));
+      AttentionResponse resp;
+      if (c.Attention(req, &resp, std::chrono::seconds(120)).ok()) ++ok_;
+    });
+  }
+  void Join() {
+    for (auto& t : threads_) t.join();
+    threads_.clear();
+  }
+  int ok() const { return ok_; }
+
+ private:
+  std::string target_;
+  std::vector<std::thread> threads_;
+  std::atomic<int> ok_{0};
+};
+
+// ---- admission control ------------------------------------------------------
+
+TEST(Admission, CallsOverMaxInflightAreRefusedAtOnce) {
+  auto s = attn_test::StartTestServer([](server::ServerConfig& c) {
+    c.threads = 1;
+    c.max_inflight = 2;
+    c.max_queue = 8;
+  });
+  ASSERT_NE(s, nullptr);
+  Background bg(attn_test::Target(*s));
+  bg.Start(LongSdpa(4096));  // runs
+  ASSERT_TRUE(WaitFor([&] { return s->calls_in_flight() == 1; }));
+  bg.Start(LongSdpa(4096));  // waits for the CPU
+  ASSERT_TRUE(WaitFor([&] { return s->calls_in_flight() == 2; }));
+  client::AttentionClient c(client::Connect(attn_test::Target(*s)));
+  AttentionResponse resp;
+  const auto t0 = Clock::now();
+  const grpc::Status st = c.Attention(SmallSdpa(), &resp, std::chrono::seconds(60));
+  const double waited_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  EXPECT_EQ(st.error_message(),
+            "server: 2 calls in flight already, the limit (--max-inflight); retry later");
+  EXPECT_LT(waited_ms, 200) << "refused only after waiting";
+  bg.Join();
+  EXPECT_EQ(bg.ok(), 2) << "the admitted calls must finish";
+  // Room again: the next call is served.
+  EXPECT_TRUE(c.Attention(SmallSdpa(), &resp, std::chrono::seconds(60)).ok());
+}
+
+TEST(Admission, CallsOverMaxQueueAreRefusedAtOnce) {
+  auto s = attn_test::StartTestServer([](server::ServerConfig& c) {
+    c.threads = 1;
+    c.max_inflight = 100;
+    c.max_queue = 1;
+  });
+  ASSERT_NE(s, nullptr);
+  Background bg(attn_test::Target(*s));
+  bg.Start(LongSdpa(4096));
+  ASSERT_TRUE(WaitFor([&] { return s->calls_in_flight() == 1; }));
+  bg.Start(LongSdpa(4096));
+  ASSERT_TRUE(WaitFor([&] { return s->calls_in_flight() == 2; }));
+  client::AttentionClient c(client::Connect(attn_test::Target(*s)));
+  AttentionResponse resp;
+  const grpc::Status st = c.Attention(SmallSdpa(), &resp, std::chrono::seconds(60));
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  EXPECT_EQ(st.error_message(), "server: the compute queue is full (--max-queue 1); retry later");
+  bg.Join();
+  EXPECT_EQ(bg.ok(), 2);
+}
+
+int64_t RssBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * sysconf(_SC_PAGESIZE);
+}
+
+TEST(Admission, ManyClientsAtOnceKeepMemoryBounded) {
+  // 400 clients, each on its own connection, each sending a 256 KiB request
+  // at the same moment, against 4 slots: the rest are refused, nothing
+  // queues without bound, and the process (client side included) stays small.
+  auto s = attn_test::StartTestServer([](server::ServerConfig& c) {
+    c.max_inflight = 4;
+    c.max_queue = 2;
+  });
+  ASSERT_NE(s, nullptr);
+  const std::string target = attn_test::Target(*s);
+  MultiHeadAttentionRequest req;
+  req.set_model("demo-mha");
+  *req.mutable_query() = client::ToWire(Ramp({1, 128, 512}, 0.01f), client::Encoding::kData);
+  const int64_t before = RssBytes();
+  constexpr int kClients = 400;
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  std::vector<std::unique_ptr<attention::v1::AttentionService::Stub>> stubs;
+  for (int i = 0; i < kClients; ++i) {
+    grpc::ChannelArguments args;
+    args.SetInt("attn.test_connection", i);
+    channels.push_back(*client::OpenChannel(target, {}, args));
+    stubs.push_back(attention::v1::AttentionService::NewStub(channels.back()));
+  }
+  struct Slot {
+    grpc::ClientContext ctx;
+    AttentionResponse resp;
+    grpc::Status status;
+  };
+  std::vector<Slot> slots(kClients);
+  std::atomic<int> done{0};
+  int64_t peak = 0;
+  for (int i = 0; i < kClients; ++i) {
+    slots[i].ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    stubs[i]->async()->MultiHeadAttention(&slots[i].ctx, &req, &slots[i].resp,
+                                          [&, i](grpc::Status st) {
+                                            slots[i].status = std::move(st);
+                                            ++done;
+                                          });
+  }
+  const auto until = Clock::now() + std::chrono::seconds(60);
+  while (done < kClients && Clock::now() < until) {
+    peak = std::max(peak, RssBytes());
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(done.load(), kClients);
+  std::map<grpc::StatusCode, int> codes;
+  for (const auto& slot : slots) ++codes[slot.status.error_code()];
+  EXPECT_GT(codes[grpc::StatusCode::OK], 0);
+  EXPECT_GT(codes[grpc::StatusCode::RESOURCE_EXHAUSTED], 0);
+  EXPECT_EQ(codes[grpc::StatusCode::OK] + codes[grpc::StatusCode::RESOURCE_EXHAUSTED], kClients)
+      << "only OK or RESOURCE_EXHAUSTED";
+  const double grown_mib = (peak - before) / 1048576.0;
+  std::printf("RSS before %.1f MiB, peak growth %.1f MiB; OK %d, RESOURCE_EXHAUSTED %d\n",
+              before / 1048576.0, grown_mib, codes[grpc::StatusCode::OK],
+              codes[grpc::StatusCode::RESOURCE_EXHAUSTED]);
+  // The requests alone are 400 x 256 KiB = 100 MiB on each side; computing
+  // them all at once would need ~5x that.
+  EXPECT_LT(grown_mib, 400);
+  std::string health;
+  client::AttentionClient c(client::Connect(target));
+  ASSERT_TRUE(c.Health("", &health).ok());
+  EXPECT_EQ(health, "SERVING");
+}
+
+// ---- metrics ----------------------------------------------------------------
+
+std::string Scrape(int port) {
+  httplib::Client http("127.0.0.1", port);
+  http.set_connection_timeout(5);
+  http.set_read_timeout(5);
+  auto res = http.Get("/metrics");
+  if (!res) return "no response: " + httplib::to_string(res.error());
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->get_header_value("Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
+  return res->body;
+}
+
+// The value of the sample `name_and_labels` (exact text before the value),
+// or -1 when absent.
+double Sample(const std::string& text, const std::string& name_and_labels) {
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind(name_and_labels + " ", 0) == 0) {
+      return std::stod(line.substr(name_and_labels.size() + 1));
+    }
+  }
+  return -1;
+}
+
+TEST(Metrics, ScrapeCountsKnownTraffic) {
+  auto s = attn_test::StartTestServer([](server::ServerConfig& c) { c.metrics_port = 0; });
+  ASSERT_NE(s, nullptr);
+  ASSERT_GT(s->metrics_port(), 0);
+  client::AttentionClient c(client::Connect(attn_test::Target(*s)));
+  AttentionResponse resp;
+  int64_t bytes_in = 0, bytes_out = 0;
+  for (int i = 0; i < 3; ++i) {
+    const AttentionRequest req = SmallSdpa();
+    ASSERT_TRUE(c.Attention(req, &resp).ok());
+    bytes_in += static_cast<int64_t>(req.ByteSizeLong());
+    bytes_out += static_cast<int64_t>(resp.ByteSizeLong());
+  }
+  MultiHeadAttentionRequest bad;  // the query is 8 wide, the model 64
+  bad.set_model("demo-mha-small");
+  *bad.mutable_query() = client::ToWire(Ramp({1, 3, 8}, 0.1f), client::Encoding::kData);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(c.MultiHeadAttention(bad, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  bad.set_model("no-such-model");
+  EXPECT_EQ(c.MultiHeadAttention(bad, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+  attention::v1::ListModelsResponse models;
+  ASSERT_TRUE(c.ListModels(&models).ok());
+
+  std::string text;
+  // The last call's counters land just after its answer is sent: poll.
+  ASSERT_TRUE(WaitFor([&] {
+    text = Scrape(s->metrics_port());
+    return Sample(text, "attn_inflight_requests") == 0 &&
+           Sample(text, R"(attn_requests_total{rpc="ListModels",model="-",code="OK"})") == 1;
+  }, std::chrono::seconds(10))) << text;
+  EXPECT_EQ(Sample(text, R"(attn_requests_total{rpc="Attention",model="-",code="OK"})"), 3);
+  EXPECT_EQ(Sample(text,
+                   R"(attn_requests_total{rpc="MultiHeadAttention",model="demo-mha-small",code="INVALID_ARGUMENT"})"),
+            2);
+  EXPECT_EQ(Sample(text, R"(attn_requests_total{rpc="MultiHeadAttention",model="-",code="NOT_FOUND"})"),
+            1);
+  EXPECT_EQ(Sample(text, R"(attn_request_duration_seconds_count{rpc="Attention"})"), 3);
+  EXPECT_EQ(Sample(text, R"(attn_request_duration_seconds_bucket{rpc="Attention",le="+Inf"})"), 3);
+  EXPECT_EQ(Sample(text, R"(attn_request_duration_seconds_count{rpc="MultiHeadAttention"})"), 3);
+  EXPECT_EQ(Sample(text, R"(attn_compute_duration_seconds_count{rpc="Attention"})"), 3);
+  EXPECT_EQ(Sample(text, R"(attn_queue_duration_seconds_count{rpc="Attention"})"), 3);
+  // Rejected before computing: no queue or compute time.
+  EXPECT_EQ(Sample(text, R"(attn_compute_duration_seconds_count{rpc="MultiHeadAttention"})"), 0);
+  EXPECT_GT(Sample(text, R"(attn_request_duration_seconds_sum{rpc="Attention"})"), 0);
+  EXPECT_EQ(Sample(text, R"(attn_request_bytes_total{rpc="Attention"})"), bytes_in);
+  EXPECT_EQ(Sample(text, R"(attn_response_bytes_total{rpc="Attention"})"), bytes_out);
+  EXPECT_EQ(Sample(text, "attn_queued_requests"), 0);
+  EXPECT_EQ(Sample(text, "attn_compute_threads"), s->compute_threads());
+  EXPECT_EQ(Sample(text,
+                   R"(attn_model_info{model="demo-mha",kind="multi_head_attention",embed_dim="512",num_heads="8",kdim="512",vdim="512"})"),
+            1)
+      << text;
+  EXPECT_GT(Sample(text, "process_resident_memory_bytes"), 10 << 20);
+  // Histogram buckets are cumulative.
+  std::regex bucket(R"re(attn_request_duration_seconds_bucket\{rpc="Attention",le="[^"]+"\} (\d+))re");
+  int64_t last = 0;
+  int buckets = 0;
+  for (std::sregex_iterator it(text.begin(), text.end(), bucket), end; it != end; ++it) {
+    const int64_t v = std::stoll((*it)[1]);
+    EXPECT_GE(v, last);
+    last = v;
+    ++buckets;
+  }
+  EXPECT_EQ(buckets, static_cast<int>(server::ServerMetrics::kBuckets.size()) + 1);
+}
+
+TEST(Metrics, BusyMetricsPortIsRefused) {
+  auto first = attn_test::StartTestServer([](server::ServerConfig& c) { c.metrics_port = 0; });
+  ASSERT_NE(first, nullptr);
+  server::ServerConfig cfg;
+  cfg.host = "127.0.0.1";
+  cfg.port = 0;
+  cfg.log_level = "off";
+  cfg.metrics_port = first->metrics_port();
+  auto second = server::AttentionServer::Start(cfg);
+  ASSERT_FALSE(second.ok());
+  EXPECT_NE(second.status().message().find("--metrics-port: cannot listen on 127.0.0.1:" +
+                                           std::to_string(cfg.metrics_port)),
+            std::string::npos)
+      << second.status().message();
+}
+
+// ---- files for auth and TLS ---------------------------------------------------
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/attn-ops-test-XXXXXX";
+    path_ = mkdtemp(tmpl);
+  }
+  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+  void Write(const std::string& name, const std::string& text) const {
+    std::ofstream(File(name)) << text;
+  }
+
+ private:
+  std::string path_;
+};
+
+// ---- bearer tokens ------------------------------------------------------------
+
+class CapturedLog {
+ public:
+  CapturedLog() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(out_)) {
+    spdlog::default_logger()->sinks().push_back(sink_);
+  }
+  ~CapturedLog() {
+    auto& sinks = spdlog::default_logger()->sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+  }
+  std::string Text() const { return out_.str(); }
+
+ private:
+  std::ostringstream out_;
+  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
+};
+
+constexpr char kTokenA[] = "tok-A-6f1c2e9b7d";
+constexpr char kTokenB[] = "tok-B-0a4d81c3f2";
+constexpr char kTokenC[] = "tok-C-93be57a0d4";
+
+TEST(Auth, CallsNeedAValidBearerTokenAndHealthStaysOpen) {
+  TempDir dir;
+  dir.Write("tokens", std::string("# allowed callers\n") + kTokenA + "\n\n  " + kTokenB + "  \n");
+  auto s = attn_test::StartTestServer([&](server::ServerConfig& c) {
+    c.auth_token_file = dir.File("tokens");
+    c.log_level = "warn";
+    c.metrics_port = 0;
+  });
+  ASSERT_NE(s, nullptr);
+  CapturedLog log;
+  const std::string target = attn_test::Target(*s);
+  auto call = [&](const std::string& token) {
+    client::ChannelOptions o;
+    o.token = token;
+    client::AttentionClient c(client::Connect(target, o));
+    AttentionResponse resp;
+    return c.Attention(SmallSdpa(), &resp, std::chrono::seconds(10));
+  };
+  grpc::Status st = call("");
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(st.error_message(), "missing 'authorization: Bearer <token>' metadata");
+  st = call("tok-A-wrong");
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(st.error_message(), "invalid bearer token");
+  EXPECT_TRUE(call(kTokenA).ok());
+  EXPECT_TRUE(call(kTokenB).ok()) << "surrounding whitespace is trimmed";
+  {  // A scheme other than Bearer.
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", std::string("Basic ") + kTokenA);
+    auto stub = attention::v1::AttentionService::NewStub(client::Connect(target));
+    AttentionResponse resp;
+    st = stub->Attention(&ctx, SmallSdpa(), &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(st.error_message(), "the authorization metadata is not 'Bearer <token>'");
+  }
+  // ListModels too; health (for probes) without any token.
+  client::AttentionClient anonymous(client::Connect(target));
+  attention::v1::ListModelsResponse models;
+  EXPECT_EQ(anonymous.ListModels(&models).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  std::string health;
+  ASSERT_TRUE(anonymous.Health("", &health).ok());
+  EXPECT_EQ(health, "SERVING");
+
+  // Reload: B leaves, C arrives; A stays.
+  dir.Write("tokens", std::string(kTokenA) + "\n" + kTokenC + "\n");
+  ASSERT_TRUE(s->ReloadTokens().ok());
+  EXPECT_TRUE(call(kTokenA).ok());
+  EXPECT_EQ(call(kTokenB).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(call(kTokenC).ok());
+  // A file without tokens would lock everyone out: refused, old set kept.
+  dir.Write("tokens", "# nobody\n");
+  const Status reload = s->ReloadTokens();
+  EXPECT_EQ(reload.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(reload.message().find("no token in it"), std::string::npos);
+  EXPECT_TRUE(call(kTokenC).ok());
+
+  // The refusals were logged, the tokens never.
+  const std::string text = log.Text();
+  EXPECT_NE(text.find("code=UNAUTHENTICATED"), std::string::npos) << text;
+  for (const char* token : {kTokenA, kTokenB, kTokenC, "tok-A-wrong"}) {
+    EXPECT_EQ(text.find(token), std::string::npos) << token << " in the log:\n" << text;
+  }
+  EXPECT_EQ(Scrape(s->metrics_port()).find(kTokenA), std::string::npos);
+  EXPECT_GE(Sample(Scrape(s->metrics_port()),
+                   R"(attn_requests_total{rpc="Attention",model="-",code="UNAUTHENTICATED"})"),
+            4);
+}
+
+TEST(Auth, MissingOrEmptyTokenFileStopsTheStart) {
+  TempDir dir;
+  dir.Write("empty", "\n# no tokens\n");
+  for (const std::string& path : {dir.File("absent"), dir.File("empty")}) {
+    server::ServerConfig cfg;
+    cfg.host = "127.0.0.1";
+    cfg.port = 0;
+    cfg.log_level = "off";
+    cfg.auth_token_file = path;
+    auto s = server::AttentionServer::Start(cfg);
+    ASSERT_FALSE(s.ok()) << path;
+    EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.status().message().find("--auth-token-file " + path), std::string::npos)
+        << s.status().message();
+  }
+}
+
+// ---- TLS ----------------------------------------------------------------------
+
+// A CA, a server certificate for 127.0.0.1/localhost, a client certificate,
+// and a second CA with its own client certificate: made once, by openssl.
+class Pki {
+ public:
+  static const Pki& Get() {
+    static const Pki* pki = new Pki();
+    return *pki;
+  }
+  bool ok() const { return ok_; }
+  std::string File(const std::string& name) const { return dir_.File(name); }
+
+ private:
+  Pki() {
+    dir_.Write("server.ext",
+               "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n");
+    dir_.Write("client.ext", "extendedKeyUsage=clientAuth\n");
+    const std::string d = File("");
+    auto ca = [&](const std::string& name) {
+      return "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2"
+             " -subj /CN=" + name + " -keyout " + d + name + ".key -out " + d + name + ".pem"
+             " -addext basicConstraints=critical,CA:TRUE -addext keyUsage=keyCertSign";
+    };
+    auto leaf = [&](const std::string& name, const std::string& cn, const std::string& ca_name,
+                    const std::string& ext) {
+      return "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=" +
+             cn + " -keyout " + d + name + ".key -out " + d + name + ".csr && " +
+             "openssl x509 -req -days 2 -in " + d + name + ".csr -CA " + d + ca_name +
+             ".pem -CAkey " + d + ca_name + ".key -CAcreateserial -extfile " + d + ext +
+             " -out " + d + name + ".pem";
+    };
+    const std::string script = "set -e; exec >" + d + "openssl.log 2>&1; " + ca("ca") + "; " +
+                               ca("other-ca") + "; " +
+                               leaf("server", "localhost", "ca", "server.ext") + "; " +
+                               leaf("client", "attn-client", "ca", "client.ext") + "; " +
+                               leaf("other-client", "intruder", "other-ca", "client.ext");
+    ok_ = std::system(("bash -c '" + script + "'").c_str()) == 0;
+  }
+  TempDir dir_;
+  bool ok_ = false;
+};
+
+class Tls : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(Pki::Get().ok()) << "openssl failed; see " << Pki::Get().File("openssl.log");
+  }
+  static std::string F(const std::string& name) { return Pki::Get().File(name); }
+
+  std::unique_ptr<server::AttentionServer> Serve(bool mutual) {
+    return attn_test::StartTestServer([&](server::ServerConfig& c) {
+      c.tls_cert = F("server.pem");
+      c.tls_key = F("server.key");
+      if (mutual) c.tls_client_ca = F("ca.pem");
+    });
+  }
+  // One SDPA call over a fresh channel with `o`.
+  static grpc::Status Call(const server::AttentionServer& s, client::ChannelOptions o) {
+    auto channel = client::OpenChannel(attn_test::Target(s), o);
+    if (!channel.ok()) return grpc::Status(grpc::StatusCode::INTERNAL, channel.status().message());
+    client::AttentionClient c(*channel);
+    AttentionResponse resp;
+    return c.Attention(SmallSdpa(), &resp, std::chrono::seconds(10));
+  }
+  static client::ChannelOptions TrustingCa(const std::string& ca) {
+    client::ChannelOptions o;
+    o.tls_ca = F(ca);
+    return o;
+  }
+};
+
+TEST_F(Tls, ServerTlsServesAClientThatTrustsItsCa) {
+  auto s = Serve(false);
+  ASSERT_NE(s, nullptr);
+  const grpc::Status st = Call(*s, TrustingCa("ca.pem"));
+  EXPECT_TRUE(st.ok()) << st.error_message();
+}
+
+TEST_F(Tls, PlaintextClientIsRefused) {
+  auto s = Serve(false);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(Call(*s, {}).error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_F(Tls, ClientTrustingAnotherCaIsRefused) {
+  auto s = Serve(false);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(Call(*s, TrustingCa("other-ca.pem")).error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_F(Tls, MutualTlsNeedsAClientCertificateFromTheClientCa) {
+  auto s = Serve(true);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(Call(*s, TrustingCa("ca.pem")).error_code(), grpc::StatusCode::UNAVAILABLE)
+      << "no client certificate";
+  client::ChannelOptions intruder = TrustingCa("ca.pem");
+  intruder.tls_cert = F("other-client.pem");
+  intruder.tls_key = F("other-client.key");
+  EXPECT_EQ(Call(*s, intruder).error_code(), grpc::StatusCode::UNAVAILABLE)
+      << "a certificate from another CA";
+  client::ChannelOptions good = TrustingCa("ca.pem");
+  good.tls_cert = F("client.pem");
+  good.tls_key = F("client.key");
+  const grpc::Status st = Call(*s, good);
+  EXPECT_TRUE(st.ok()) << st.error_message();
+}
+
+TEST_F(Tls, TokensWorkOverTls) {
+  TempDir dir;
+  dir.Write("tokens", std::string(kTokenA) + "\n");
+  auto s = attn_test::StartTestServer([&](server::ServerConfig& c) {
+    c.tls_cert = F("server.pem");
+    c.tls_key = F("server.key");
+    c.auth_token_file = dir.File("tokens");
+  });
+  ASSERT_NE(s, nullptr);
+  client::ChannelOptions o = TrustingCa("ca.pem");
+  EXPECT_EQ(Call(*s, o).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  o.token = kTokenA;
+  EXPECT_TRUE(Call(*s, o).ok());
+}
+
+TEST_F(Tls, UnreadableOrNonPemFilesStopTheStart) {
+  TempDir dir;
+  dir.Write("junk.pem", "not a certificate\n");
+  struct Case {
+    std::string cert, key, ca, expected;
+  };
+  for (const Case& c : std::vector<Case>{
+           {dir.File("none.pem"), F("server.key"), "", "--tls-cert " + dir.File("none.pem") + ": cannot open"},
+           {F("server.pem"), dir.File("junk.pem"), "", "--tls-key " + dir.File("junk.pem") + ": not a PEM file"},
+           {F("server.pem"), F("server.key"), dir.File("none.pem"),
+            "--tls-client-ca " + dir.File("none.pem") + ": cannot open"}}) {
+    server::ServerConfig cfg;
+    cfg.host = "127.0.0.1";
+    cfg.port = 0;
+    cfg.log_level = "off";
+    cfg.tls_cert = c.cert;
+    cfg.tls_key = c.key;
+    cfg.tls_client_ca = c.ca;
+    auto s = server::AttentionServer::Start(cfg);
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.status().message(), c.expected);
+  }
+  // And the client's side.
+  client::ChannelOptions o;
+  o.tls_ca = dir.File("junk.pem");
+  auto channel = client::OpenChannel("127.0.0.1:1", o);
+  ASSERT_FALSE(channel.ok());
+  EXPECT_EQ(channel.status().message(), "--tls-ca " + dir.File("junk.pem") + ": not a PEM file");
+}
+
+}  // namespace
+}  // namespace attn
