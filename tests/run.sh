@@ -1,25 +1,33 @@
 #!/usr/bin/env bash
 # Installs what is missing (Debian 12 packages), builds, and runs every test.
 #
-#   tests/run.sh                 release build + ASan/UBSan build, all tests
-#   tests/run.sh --no-sanitize   release build only
+#   tests/run.sh                 release build + ASan/UBSan build, all tests, then
+#                                FUZZ_SECONDS (default 60) of libFuzzer (clang-14)
+#                                and a SOAK_SECONDS (default 60) soak (tests/soak.sh)
+#   tests/run.sh --no-sanitize   release build only (no ASan/UBSan build, no fuzzing)
+#   tests/run.sh --no-fuzz       skip the fuzzing
+#   tests/run.sh --no-soak       skip the soak
 #   tests/run.sh --all           also the deployment checks: replicas behind nginx
 #                                with a replica killed (deploy/test-lb.sh), and the
 #                                container image (deploy/test-container.sh, minutes)
 #
 # Idempotent: packages already installed are not touched, builds are
-# incremental. BUILD_DIR (default build) and SAN_BUILD_DIR (build-asan)
-# choose the build folders.
+# incremental. BUILD_DIR (default build), SAN_BUILD_DIR (build-asan) and
+# FUZZ_BUILD_DIR (build-fuzz) choose the build folders.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 sanitize=1
+fuzz=1
+soak=1
 all=0
 for arg in "$@"; do
   case "$arg" in
-    --no-sanitize) sanitize=0 ;;
+    --no-sanitize) sanitize=0; fuzz=0 ;;
+    --no-fuzz) fuzz=0 ;;
+    --no-soak) soak=0 ;;
     --all) all=1 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "tests/run.sh: unknown option '$arg' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -27,6 +35,7 @@ done
 # shellcheck source=deploy/packages.sh
 . deploy/packages.sh
 ensure_packages "${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}"
+[ "$fuzz" = 1 ] && ensure_packages "${FUZZ_PACKAGES[@]}"
 ensure_node
 ensure_npm_deps client/node
 
@@ -49,6 +58,29 @@ if [ "$sanitize" = 1 ]; then
   # The benchmark harness is not needed under the sanitizers.
   ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1} \
     run_suite "$san_dir" -DATTN_SANITIZE=ON -DATTN_BUILD_BENCHMARKS=OFF
+fi
+if [ "$fuzz" = 1 ]; then
+  # The whole request path (parse, validation, core, encoding) under
+  # libFuzzer + ASan + UBSan, from the committed corpus. Any crash fails the
+  # run; its input lands in $fuzz_dir/crash-*: fix the bug, then add the file
+  # to tests/fuzz/regressions/ (replayed by the fuzz_corpus_replay test).
+  fuzz_dir=${FUZZ_BUILD_DIR:-build-fuzz}
+  echo "== configure $fuzz_dir (clang-14, libFuzzer, ASan+UBSan)"
+  CC=clang-14 CXX=clang++-14 cmake -S . -B "$fuzz_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DATTN_FUZZ=ON -DATTN_OPENMP=OFF -DATTN_BUILD_TESTS=OFF -DATTN_BUILD_BENCHMARKS=OFF >/dev/null
+  cmake --build "$fuzz_dir" -j"$jobs" --target request_fuzzer
+  new_inputs=$(mktemp -d)
+  echo "== fuzz ${FUZZ_SECONDS:-60} s"
+  "$fuzz_dir/bin/request_fuzzer" "$new_inputs" tests/fuzz/corpus tests/fuzz/regressions \
+    -max_total_time="${FUZZ_SECONDS:-60}" -max_len=65536 -timeout=10 -rss_limit_mb=4096 \
+    -artifact_prefix="$fuzz_dir/" -print_final_stats=1 2>"$fuzz_dir/fuzz.log" \
+    || { tail -60 "$fuzz_dir/fuzz.log"; echo "FAIL: the fuzzer found a crash (see above)"; exit 1; }
+  grep -E "^(Done|stat::number_of_executed_units|stat::new_units_added)" "$fuzz_dir/fuzz.log" || true
+  rm -rf "$new_inputs"
+fi
+if [ "$soak" = 1 ]; then
+  echo "== soak ${SOAK_SECONDS:-60} s (tests/soak.sh)"
+  bash tests/soak.sh "$build_dir" "${SOAK_SECONDS:-60}"
 fi
 if [ "$all" = 1 ]; then
   echo "== replicas behind nginx, one killed (deploy/test-lb.sh)"

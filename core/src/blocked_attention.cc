@@ -18,8 +18,6 @@
 // against ~10-20 us saved per block.
 #include "blocked_attention.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>

@@ -4,7 +4,9 @@
 // points catch it at core's edge.
 #pragma once
 
+#ifdef _OPENMP
 #include <omp.h>
+#endif
 
 #include <cstddef>
 #include <cstdint>
@@ -87,15 +89,22 @@ class ThreadExecution {
 
 // Sets the calling thread's OpenMP team size for the scope, restoring it after.
 // oneDNN reads omp_get_max_threads() of the calling thread.
+// (A no-op in a build without OpenMP, -DATTN_OPENMP=OFF: the fuzzing build.)
 class ScopedOmpThreads {
  public:
+#ifdef _OPENMP
   explicit ScopedOmpThreads(int n) : saved_(omp_get_max_threads()) { omp_set_num_threads(n); }
   ~ScopedOmpThreads() { omp_set_num_threads(saved_); }
+#else
+  explicit ScopedOmpThreads(int /*n*/) {}
+#endif
   ScopedOmpThreads(const ScopedOmpThreads&) = delete;
   ScopedOmpThreads& operator=(const ScopedOmpThreads&) = delete;
 
+#ifdef _OPENMP
  private:
   int saved_;
+#endif
 };
 
 }  // namespace attn::internal

@@ -2,8 +2,10 @@
 
 // GCC 12 warns about _mm512_undefined_ps inside its own intrinsic headers
 // (GCC bug 105593); the warnings are false positives.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <cmath>

@@ -1,0 +1,177 @@
+// Writes the fuzzer's seed corpus: valid requests of each RPC with each
+// option (masks, projections, models, encodings) and typical invalid ones.
+// Run by hand; the output is committed as tests/fuzz/corpus/.
+//
+//   build/bin/fuzz_make_corpus tests/fuzz/corpus tests/fuzz/regressions
+//
+// The second directory gets the inputs of bugs found so far (each fixed, each
+// replayed by the fuzz_corpus_replay test); crashes found by the fuzzer go
+// there too, as the files libFuzzer writes.
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "attention/v1/attention.pb.h"
+#include "host_array.h"
+
+namespace {
+
+using attn::client::Encoding;
+using attn::client::HostArray;
+
+attention::v1::Tensor T(attn::Shape shape, Encoding enc = Encoding::kData, bool is_bool = false) {
+  HostArray a;
+  a.shape = shape;
+  a.is_bool = is_bool;
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  for (int64_t i = 0; i < n; ++i) {
+    a.values.push_back(is_bool ? static_cast<float>(i % 3 == 2) : std::sin(0.7f * i));
+  }
+  return attn::client::ToWire(a, enc);
+}
+
+int written = 0;
+std::string dir;
+
+void Write(const std::string& name, char rpc, const google::protobuf::Message& m) {
+  std::ofstream out(dir + "/" + name, std::ios::binary);
+  out.put(rpc);
+  out << m.SerializeAsString();
+  ++written;
+}
+
+void Projections(attention::v1::Projections* p, int64_t e, bool out) {
+  *p->mutable_q_weight() = T({e, e});
+  *p->mutable_k_weight() = T({e, e});
+  *p->mutable_v_weight() = T({e, e});
+  *p->mutable_q_bias() = T({e});
+  if (out) *p->mutable_out_weight() = T({e, e});
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: %s CORPUS_DIR REGRESSIONS_DIR\n", argv[0]);
+    return 2;
+  }
+  dir = argv[1];
+  using attention::v1::AttentionRequest;
+  using attention::v1::CrossAttentionRequest;
+  using attention::v1::MultiHeadAttentionRequest;
+  {  // the seed's worked example, self-attention
+    AttentionRequest r;
+    *r.mutable_query() = T({5, 2});
+    Write("sdpa_self_2d", 0, r);
+    *r.mutable_query() = T({5, 2}, Encoding::kValues);
+    Write("sdpa_self_values", 0, r);
+    r.set_return_weights(true);
+    r.set_causal(true);
+    Write("sdpa_causal_weights", 0, r);
+  }
+  {  // key/value, every mask, rank 4
+    AttentionRequest r;
+    *r.mutable_query() = T({2, 2, 3, 4});
+    *r.mutable_key() = T({2, 2, 5, 4});
+    *r.mutable_value() = T({2, 2, 5, 3});
+    *r.mutable_key_padding_mask() = T({2, 5}, Encoding::kData, true);
+    *r.mutable_attn_bias() = T({2, 2, 3, 5});
+    r.set_scale(0.25f);
+    Write("sdpa_kv_masks_4d", 0, r);
+    *r.mutable_attn_bias() = T({3, 5});
+    Write("sdpa_bias_broadcast", 0, r);
+  }
+  {  // inline projections; the demo single-head model
+    AttentionRequest r;
+    *r.mutable_query() = T({1, 4, 6});
+    Projections(r.mutable_projections(), 6, true);
+    Write("sdpa_projections", 0, r);
+    AttentionRequest m;
+    *m.mutable_query() = T({1, 3, 64});
+    m.set_model("demo-attention");
+    Write("sdpa_model", 0, m);
+  }
+  {  // cross-attention
+    CrossAttentionRequest r;
+    *r.mutable_decoder() = T({1, 3, 64});
+    *r.mutable_encoder() = T({1, 6, 64});
+    r.set_model("demo-cross-attention");
+    Write("cross_model", 1, r);
+    r.set_return_weights(true);
+    *r.mutable_key_padding_mask() = T({1, 6}, Encoding::kData, true);
+    Write("cross_model_kpm_weights", 1, r);
+    CrossAttentionRequest p;
+    *p.mutable_decoder() = T({2, 4});
+    *p.mutable_encoder() = T({3, 4});
+    Projections(p.mutable_projections(), 4, false);
+    Write("cross_projections_2d", 1, p);
+  }
+  {  // multi-head attention
+    MultiHeadAttentionRequest r;
+    *r.mutable_query() = T({1, 4, 64});
+    r.set_model("demo-mha-small");
+    Write("mha_self_model", 2, r);
+    *r.mutable_key() = T({1, 5, 64});
+    *r.mutable_value() = T({1, 5, 64});
+    r.set_return_weights(true);
+    r.set_per_head_weights(true);
+    *r.mutable_attn_bias() = T({4, 5});
+    Write("mha_cross_per_head", 2, r);
+    MultiHeadAttentionRequest p;
+    *p.mutable_query() = T({3, 8});
+    p.set_num_heads(2);
+    Projections(p.mutable_projections(), 8, true);
+    p.set_causal(true);
+    Write("mha_projections_unbatched", 2, p);
+  }
+  {  // invalid: each should be refused, never crash
+    AttentionRequest r;
+    *r.mutable_query() = T({5, 2});
+    r.mutable_query()->set_shape(0, -3);
+    Write("bad_negative_dim", 0, r);
+    *r.mutable_query() = T({5, 2});
+    r.mutable_query()->mutable_data()->resize(17);
+    Write("bad_truncated_data", 0, r);
+    *r.mutable_query() = T({5, 2});
+    r.mutable_query()->set_dtype(attention::v1::DATA_TYPE_BFLOAT16);
+    Write("bad_dtype", 0, r);
+    *r.mutable_query() = T({5, 2});
+    r.mutable_query()->set_shape(0, int64_t{1} << 40);
+    r.mutable_query()->set_shape(1, int64_t{1} << 40);
+    Write("bad_overflowing_dims", 0, r);
+    *r.mutable_query() = T({0, 2});
+    Write("empty_query", 0, r);
+    MultiHeadAttentionRequest m;
+    *m.mutable_query() = T({1, 3, 64});
+    m.set_model("no-such-model");
+    Write("bad_unknown_model", 2, m);
+    m.set_model("demo-mha-small");
+    *m.mutable_key_padding_mask() = T({2, 9}, Encoding::kData, true);
+    Write("bad_mask_shape", 2, m);
+    CrossAttentionRequest c;
+    *c.mutable_decoder() = T({1, 3, 64});
+    Write("bad_cross_no_encoder", 1, c);
+  }
+  std::printf("wrote %d seeds to %s\n", written, dir.c_str());
+  dir = argv[2];
+  written = 0;
+  {  // Signed overflow in the element count: an empty tensor whose other dims
+     // multiply past int64 (found by fuzzing the live server; fixed in
+     // CheckedNumElements).
+    AttentionRequest r;
+    *r.mutable_query() = T({0, 2});
+    r.mutable_query()->clear_shape();
+    for (int64_t d : {int64_t{0}, int64_t{1} << 40, int64_t{1} << 40}) r.mutable_query()->add_shape(d);
+    Write("regression_empty_tensor_overflowing_dims", 0, r);
+    AttentionRequest b;
+    *b.mutable_query() = T({1, 3, 4});
+    *b.mutable_attn_bias() = T({0, 2});
+    b.mutable_attn_bias()->clear_shape();
+    for (int64_t d : {int64_t{0}, int64_t{1} << 62, int64_t{4}}) b.mutable_attn_bias()->add_shape(d);
+    Write("regression_empty_mask_overflowing_dims", 0, b);
+  }
+  std::printf("wrote %d regressions to %s\n", written, dir.c_str());
+  return 0;
+}

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Soak: mixed RPCs at concurrency 64 for SECONDS against the real server,
+# with --verify on. Three bench clients run at once:
+#   MultiHeadAttention (demo-mha-small, [1, 16, 64])  concurrency 32
+#   CrossAttention (demo-cross-attention, [1, 16, 64]) concurrency 16
+#   Attention (inline, [1, 4, 32, 32], causal)         concurrency 16
+# Passes when no call failed, no response mismatched the local core
+# computation, /metrics counts only OK calls, and the server's RSS after
+# warm-up grew by at most 10%.
+#
+#   tests/soak.sh BUILD_DIR [SECONDS]      (CI: 60; the README's record: 600)
+set -euo pipefail
+build=${1:?usage: $0 BUILD_DIR [SECONDS]}
+seconds=${2:-60}
+server="$build/bin/attention-server"
+client="$build/bin/attention-client"
+work=$(mktemp -d)
+. "$(dirname "$0")/loopback.sh"
+trap 'kill ${pid:-} ${benches:-} 2>/dev/null || true; rm -rf "$work"' EXIT
+start_server "$work/server.log" --metrics-port 0
+metrics_port=$(grep -oE 'metrics http://[0-9.]+:[0-9]+/metrics' "$work/server.log" | grep -oE ':[0-9]+/' | tr -d ':/')
+target=127.0.0.1:$port
+rss() { awk '/VmRSS/ {print $2}' "/proc/$pid/status"; }
+
+common=(--target "$target" --duration "${seconds}s" --warmup 5s --verify --no-progress --timeout 30s)
+"$client" bench "${common[@]}" --op mha --model demo-mha-small --seq-q 16 --concurrency 32 \
+  --connections 2 --json "$work/mha.json" >"$work/mha.txt" 2>&1 &
+benches=$!
+"$client" bench "${common[@]}" --op cross --model demo-cross-attention --seq-q 16 --seq-k 16 \
+  --concurrency 16 --json "$work/cross.json" >"$work/cross.txt" 2>&1 &
+benches="$benches $!"
+"$client" bench "${common[@]}" --op attention --batch 4 --seq-q 32 --dim 32 --causal \
+  --concurrency 16 --json "$work/attention.json" >"$work/attention.txt" 2>&1 &
+benches="$benches $!"
+
+# RSS: the first sample once warm (5 s of warm-up plus 5 s, or a quarter of
+# the run if longer), then every 2 s until the clients finish.
+warm_at=$(( seconds / 4 > 10 ? seconds / 4 : 10 ))
+start=$(date +%s)
+warm="" max=0 samples=0
+while kill -0 $benches 2>/dev/null; do
+  sleep 2
+  now=$(( $(date +%s) - start ))
+  r=$(rss)
+  if [ -z "$warm" ] && [ $now -ge $warm_at ]; then warm=$r; fi
+  if [ -n "$warm" ]; then
+    [ "$r" -gt "$max" ] && max=$r
+    samples=$((samples + 1))
+  fi
+  [ $now -le $(( seconds + 60 )) ] || { echo "FAIL: the clients ran past ${seconds}s + 60s"; exit 1; }
+done
+end=$(rss)
+rc=0
+for b in $benches; do wait "$b" || rc=1; done
+benches=""
+
+summary() {  # name JSON: the report's first level, one line
+  /usr/bin/python3 - "$1" "$2" <<'PY'
+import json, sys
+name, path = sys.argv[1], sys.argv[2]
+lvl = json.load(open(path))["levels"][0]
+print(f"{name:10s} calls {lvl['count']:>8d}  ok {lvl['ok']:>8d}  errors {sum(lvl['errors'].values()):d}"
+      f"  verified {lvl['verify']['checked']:>6d}  mismatches {lvl['verify']['mismatches']:d}"
+      f"  {lvl['rps']:8.0f} req/s  p50 {lvl['latency_ms']['p50']:.2f} ms  p99 {lvl['latency_ms']['p99']:.2f} ms")
+PY
+}
+for n in mha cross attention; do
+  if [ -s "$work/$n.json" ]; then summary "$n" "$work/$n.json"; else cat "$work/$n.txt"; fi
+done
+[ $rc -eq 0 ] || { for n in mha cross attention; do tail -20 "$work/$n.txt"; done; echo "FAIL: calls failed or mismatched"; exit 1; }
+
+metrics=$(/usr/bin/python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:$metrics_port/metrics', timeout=5).read().decode())")
+not_ok=$(echo "$metrics" | grep '^attn_requests_total' | grep -v 'code="OK"' || true)
+[ -z "$not_ok" ] || { echo "$not_ok"; echo "FAIL: /metrics counts failed calls"; exit 1; }
+total=$(echo "$metrics" | awk '/^attn_requests_total/ {s += $2} END {print s}')
+
+[ -n "$warm" ] || { echo "FAIL: the run ended before warm-up (${seconds}s)"; exit 1; }
+growth=$(( (max - warm) * 1000 / warm ))
+echo "server RSS: ${warm} KiB after warm-up, max ${max} KiB over ${samples} samples, ${end} KiB at the end (growth $((growth / 10)).$((growth % 10))%)"
+echo "server counted ${total} calls, all OK"
+[ "$max" -le $(( warm + warm / 10 )) ] || { echo "FAIL: RSS grew more than 10% after warm-up"; exit 1; }
+echo "PASS: soak ${seconds}s, mixed RPCs at concurrency 64, no errors, no mismatches, RSS within 10%"
