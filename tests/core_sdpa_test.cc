@@ -207,6 +207,77 @@ TEST(Sdpa, FullyMaskedRowsGiveZerosNotNaN) {
   EXPECT_NEAR(row, 1.0, 1e-6);
 }
 
+// NaN and Inf in the inputs are answered under IEEE rules (README, "NaN and
+// Inf in the inputs"), on both paths (online softmax, and exact with weights).
+TEST(Sdpa, NanAndInfInInputsFollowIeee) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = INFINITY;
+  for (bool weights : {false, true}) {
+    SCOPED_TRACE(weights ? "with weights" : "without weights");
+    std::mt19937 rng(7);
+    const auto q0 = RandomFloats(3 * 4, rng), k0 = RandomFloats(4 * 4, rng),
+               v0 = RandomFloats(4 * 4, rng);
+    auto run = [&](std::vector<float> q, std::vector<float> k, std::vector<float> v,
+                   const std::vector<float>* bias) {
+      ScaledDotProductAttentionOptions opt;
+      opt.need_weights = weights;
+      if (bias) opt.masks.attn_bias = TensorView::Dense(bias->data(), {3, 4});
+      auto r = ScaledDotProductAttention(TensorView::Dense(q.data(), {3, 4}),
+                                         TensorView::Dense(k.data(), {4, 4}),
+                                         TensorView::Dense(v.data(), {4, 4}), opt);
+      EXPECT_TRUE(r.ok()) << r.status().ToString();
+      return r.ok() ? std::vector<float>(r->output.data.begin(), r->output.data.end())
+                    : std::vector<float>(12, 0.0f);
+    };
+    auto row_is = [](const std::vector<float>& out, int row, auto pred) {
+      for (int c = 0; c < 4; ++c) {
+        if (!pred(out[row * 4 + c])) return false;
+      }
+      return true;
+    };
+    auto is_nan = [](float x) { return std::isnan(x); };
+    auto finite = [](float x) { return std::isfinite(x); };
+    // A NaN in query row 0: that row is NaN, the others are untouched.
+    auto q = q0;
+    q[1] = nan;
+    auto out = run(q, k0, v0, nullptr);
+    const auto clean = run(q0, k0, v0, nullptr);
+    EXPECT_TRUE(row_is(out, 0, is_nan));
+    for (int i = 4; i < 12; ++i) EXPECT_EQ(out[i], clean[i]);
+    // A NaN in a key: every row attends to it, every row is NaN.
+    auto k = k0;
+    k[1 * 4 + 2] = nan;
+    out = run(q0, k, v0, nullptr);
+    for (int row = 0; row < 3; ++row) EXPECT_TRUE(row_is(out, row, is_nan)) << row;
+    // +Inf in a value: that column is +Inf in every row, the rest finite.
+    auto v = v0;
+    v[2 * 4 + 3] = inf;
+    out = run(q0, k0, v, nullptr);
+    for (int row = 0; row < 3; ++row) {
+      EXPECT_EQ(out[row * 4 + 3], inf) << row;
+      for (int c = 0; c < 3; ++c) EXPECT_TRUE(std::isfinite(out[row * 4 + c])) << row;
+    }
+    // -Inf bias masks a key; +Inf bias makes its row NaN (exp(inf - inf)).
+    std::vector<float> bias(12, 0.0f);
+    bias[0 * 4 + 1] = -inf;
+    bias[2 * 4 + 0] = inf;
+    out = run(q0, k0, v0, &bias);
+    EXPECT_TRUE(row_is(out, 0, finite));
+    EXPECT_TRUE(row_is(out, 1, finite));
+    EXPECT_TRUE(row_is(out, 2, is_nan));
+    // Row 0 equals attention over keys {0, 2, 3} alone.
+    std::vector<float> k3, v3;
+    for (int j : {0, 2, 3}) {
+      k3.insert(k3.end(), k0.begin() + j * 4, k0.begin() + j * 4 + 4);
+      v3.insert(v3.end(), v0.begin() + j * 4, v0.begin() + j * 4 + 4);
+    }
+    auto ref = ScaledDotProductAttention(TensorView::Dense(q0.data(), {1, 4}),
+                                         TensorView::Dense(k3.data(), {3, 4}),
+                                         TensorView::Dense(v3.data(), {3, 4}), {});
+    ASSERT_TRUE(ref.ok());
+    for (int c = 0; c < 4; ++c) EXPECT_NEAR(out[c], ref->output.data[c], 1e-6);
+  }
+}
+
 TEST(Sdpa, StridedHeadsReadWithoutCopyMatchDense) {
   // Memory laid out [B, L, H, D] (what a projection produces), read as [B, H, L, D].
   const int64_t b = 2, l = 70, h = 3, d = 16;

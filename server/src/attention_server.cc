@@ -101,7 +101,8 @@ StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerCo
   options.limits = config.limits;
   options.max_inflight = config.max_inflight;
   options.auth = s->auth_.get();
-  options.metrics = s->metrics_.get();
+  // Without --metrics-port nothing reads the counters: calls skip them.
+  options.metrics = config.metrics_port >= 0 ? s->metrics_.get() : nullptr;
   s->service_ = std::make_unique<AttentionServiceImpl>(options);
   auto credentials = Credentials(config);
   if (!credentials.ok()) return credentials.status();
