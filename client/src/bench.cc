@@ -1,6 +1,7 @@
 #include "bench.h"
 
-#include <cstdlib>
+#include <grpcpp/generic/generic_stub.h>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -230,7 +232,28 @@ struct Workload {
   attention::v1::CrossAttentionRequest cross;
   attention::v1::MultiHeadAttentionRequest mha;
   std::optional<HostArray> expected;  // for --verify
+  // The request, serialized once; every call sends these bytes (a ByteBuffer
+  // copy shares its slices), so the client pays no per-call serialization.
+  std::string method;  // "/attention.v1.AttentionService/..."
+  grpc::ByteBuffer request;
 };
+
+// Serializes `w`'s request for its op into w->request.
+void SerializeRequest(const std::string& op, Workload* w) {
+  std::string bytes;
+  if (op == "attention") {
+    w->method = "/attention.v1.AttentionService/Attention";
+    w->attention.SerializeToString(&bytes);
+  } else if (op == "cross") {
+    w->method = "/attention.v1.AttentionService/CrossAttention";
+    w->cross.SerializeToString(&bytes);
+  } else {
+    w->method = "/attention.v1.AttentionService/MultiHeadAttention";
+    w->mha.SerializeToString(&bytes);
+  }
+  grpc::Slice slice(bytes);
+  w->request = grpc::ByteBuffer(&slice, 1);
+}
 
 HostArray Random(Shape shape, std::mt19937& rng, float stddev = 1.0f) {
   HostArray a;
@@ -401,7 +424,7 @@ StatusOr<Workload> BuildWorkload(const BenchConfig& c, AttentionClient& client) 
 class LevelRun {
  public:
   LevelRun(const BenchConfig& c, const Workload& w,
-           std::vector<std::unique_ptr<attention::v1::AttentionService::Stub>>& stubs,
+           std::vector<std::unique_ptr<grpc::GenericStub>>& stubs,
            std::vector<std::unique_ptr<grpc::health::v1::Health::Stub>>& health, int concurrency)
       : c_(c), w_(w), stubs_(stubs), health_(health), concurrency_(concurrency) {}
 
@@ -452,7 +475,7 @@ class LevelRun {
  private:
   struct Call {
     grpc::ClientContext ctx;
-    attention::v1::AttentionResponse resp;
+    grpc::ByteBuffer request, response;  // serialized; parsed only to verify
     grpc::health::v1::HealthCheckResponse health;
     Clock::time_point start;
     bool measured = false;
@@ -499,12 +522,10 @@ class LevelRun {
     auto done = [this, call](grpc::Status st) { Finished(call, st); };
     if (c_.op == "health") {
       health_[conn]->async()->Check(&call->ctx, &health_req_, &call->health, done);
-    } else if (c_.op == "attention") {
-      stubs_[conn]->async()->Attention(&call->ctx, &w_.attention, &call->resp, done);
-    } else if (c_.op == "cross") {
-      stubs_[conn]->async()->CrossAttention(&call->ctx, &w_.cross, &call->resp, done);
     } else {
-      stubs_[conn]->async()->MultiHeadAttention(&call->ctx, &w_.mha, &call->resp, done);
+      call->request = w_.request;  // shares the slices: no copy
+      stubs_[conn]->UnaryCall(&call->ctx, w_.method, grpc::StubOptions(), &call->request,
+                              &call->response, done);
     }
   }
 
@@ -528,8 +549,12 @@ class LevelRun {
     bool mismatch = false, checked = false;
     if (st.ok() && call->measured && w_.expected && call->index % 16 == 0) {
       checked = true;
-      auto got = FromWire(call->resp.output(), "output");
-      mismatch = !got.ok() || got->shape != w_.expected->shape || !Close(*got, *w_.expected);
+      attention::v1::AttentionResponse resp;
+      mismatch = !Parse(call->response, &resp);
+      if (!mismatch) {
+        auto got = FromWire(resp.output(), "output");
+        mismatch = !got.ok() || got->shape != w_.expected->shape || !Close(*got, *w_.expected);
+      }
     }
     std::shared_ptr<Call> next;
     {
@@ -559,6 +584,16 @@ class LevelRun {
       }
     }
     Start(next);  // our slot is still counted, so Run() is still waiting
+  }
+
+  static bool Parse(const grpc::ByteBuffer& buffer, attention::v1::AttentionResponse* resp) {
+    std::vector<grpc::Slice> slices;
+    if (!buffer.Dump(&slices).ok()) return false;
+    std::string bytes;
+    for (const auto& slice : slices) {
+      bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+    }
+    return resp->ParseFromString(bytes);
   }
 
   static bool Close(const HostArray& got, const HostArray& want) {
@@ -636,7 +671,7 @@ class LevelRun {
 
   const BenchConfig& c_;
   const Workload& w_;
-  std::vector<std::unique_ptr<attention::v1::AttentionService::Stub>>& stubs_;
+  std::vector<std::unique_ptr<grpc::GenericStub>>& stubs_;
   std::vector<std::unique_ptr<grpc::health::v1::Health::Stub>>& health_;
   const int concurrency_;
   const grpc::health::v1::HealthCheckRequest health_req_;
@@ -679,7 +714,7 @@ StatusOr<BenchReport> RunBench(const BenchConfig& config, const std::atomic<bool
   BenchReport report;
   report.config = config;
   std::vector<std::shared_ptr<grpc::Channel>> channels;
-  std::vector<std::unique_ptr<attention::v1::AttentionService::Stub>> stubs;
+  std::vector<std::unique_ptr<grpc::GenericStub>> stubs;
   std::vector<std::unique_ptr<grpc::health::v1::Health::Stub>> health;
   for (int i = 0; i < config.connections; ++i) {
     grpc::ChannelArguments args;
@@ -687,7 +722,7 @@ StatusOr<BenchReport> RunBench(const BenchConfig& config, const std::atomic<bool
     auto channel = OpenChannel(config.target, config.channel, args);
     if (!channel.ok()) return channel.status();
     channels.push_back(std::move(*channel));
-    stubs.push_back(attention::v1::AttentionService::NewStub(channels.back()));
+    stubs.push_back(std::make_unique<grpc::GenericStub>(channels.back()));
     health.push_back(grpc::health::v1::Health::NewStub(channels.back()));
   }
   // Never released: gRPC 1.51 shares one callback completion queue among the
@@ -710,6 +745,7 @@ StatusOr<BenchReport> RunBench(const BenchConfig& config, const std::atomic<bool
   }
   auto workload = BuildWorkload(config, client);
   if (!workload.ok()) return workload.status();
+  if (config.op != "health") SerializeRequest(config.op, &*workload);
   report.workload = workload->description;
   report.flops_per_call = workload->flops;
   for (int level : config.concurrency) {

@@ -29,7 +29,9 @@ std::string Micros(Clock::duration d) {
 // One call's reactor: it finishes the call (access line, metrics), tells
 // the call when gRPC cancels it (client cancel or deadline: queued work is
 // dropped, running work stops between blocks), and holds the call's
-// in-flight slot until gRPC is done with it.
+// in-flight slot until its answer is handed to gRPC. (Not until OnDone: under
+// load gRPC runs OnDone hundreds of calls late, long after the answer went
+// out, and counting those would refuse calls the server has room for.)
 class CallReactor final : public grpc::ServerUnaryReactor {
  public:
   CallReactor(AttentionServiceImpl* service, Rpc rpc, grpc::CallbackServerContext* ctx,
@@ -42,10 +44,7 @@ class CallReactor final : public grpc::ServerUnaryReactor {
         call_(std::make_shared<PreparedCall>()) {}
 
   void OnCancel() override { call_->cancelled = true; }
-  void OnDone() override {
-    service_->in_flight_.fetch_sub(1, std::memory_order_relaxed);
-    delete this;
-  }
+  void OnDone() override { delete this; }
 
   const std::shared_ptr<PreparedCall>& call() const { return call_; }
   Clock::time_point start() const { return start_; }
@@ -67,6 +66,7 @@ class CallReactor final : public grpc::ServerUnaryReactor {
                     st.ok() && resp ? static_cast<int64_t>(resp->ByteSizeLong()) : 0);
     }
     Log(st, now);
+    service_->in_flight_.fetch_sub(1, std::memory_order_relaxed);
     Finish(ToGrpcStatus(st));
   }
 
@@ -109,7 +109,7 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Handle(Rpc rpc, grpc::CallbackSe
                                                        const Request* req,
                                                        attention::v1::AttentionResponse* resp,
                                                        Prepare prepare) {
-  // Counted from here until OnDone, rejected calls included.
+  // Counted from here until Done(), rejected calls included.
   const int in_flight = in_flight_.fetch_add(1, std::memory_order_relaxed) + 1;
   auto* reactor = new CallReactor(
       this, rpc, ctx,

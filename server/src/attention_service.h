@@ -24,7 +24,7 @@ struct ServiceOptions {
   const ModelRegistry* models = nullptr;
   ComputeScheduler* scheduler = nullptr;
   RequestLimits limits;
-  // Calls held at once (arrival to OnDone); more get RESOURCE_EXHAUSTED
+  // Calls held at once (arrival to answer); more get RESOURCE_EXHAUSTED
   // before their request is even looked at.
   int max_inflight = 256;
   // Optional; must outlive the service. With `auth`, every call needs a
@@ -56,7 +56,7 @@ class AttentionServiceImpl final : public attention::v1::AttentionService::Callb
   // Calls dropped before computing because their deadline passed or the
   // client cancelled while they waited for a CPU.
   int64_t calls_skipped() const { return skipped_.load(); }
-  // Calls from arrival until gRPC is done with them (response sent).
+  // Calls from arrival until their answer is handed to gRPC.
   int calls_in_flight() const { return in_flight_.load(std::memory_order_relaxed); }
 
  private:

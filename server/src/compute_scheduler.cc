@@ -39,12 +39,16 @@ bool ComputeScheduler::TryAcquire(int threads) {
 }
 
 void ComputeScheduler::Release(int threads) {
+  bool waiting;
   {
     std::lock_guard<std::mutex> lock(mu_);
     free_tokens_ += std::clamp(threads, 1, cpus_);
     --running_;
+    waiting = !queue_.empty();
   }
-  cv_.notify_all();
+  // Only a queued job can use the tokens; waking idle workers for nothing
+  // costs two context switches per small call.
+  if (waiting) cv_.notify_all();
 }
 
 int ComputeScheduler::queued() const {
@@ -60,6 +64,7 @@ int ComputeScheduler::running() const {
 void ComputeScheduler::WorkerLoop() {
   while (true) {
     Job job;
+    bool more = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
       // FIFO: only the front job may start, when its tokens are free.
@@ -72,15 +77,17 @@ void ComputeScheduler::WorkerLoop() {
       queue_.pop_front();
       free_tokens_ -= job.threads;
       ++running_;
+      more = !queue_.empty() && free_tokens_ > 0;
     }
-    cv_.notify_all();  // the next job may fit in the remaining tokens
+    if (more) cv_.notify_all();  // the next job may fit in the remaining tokens
     job.run(job.threads);
     {
       std::lock_guard<std::mutex> lock(mu_);
       free_tokens_ += job.threads;
       --running_;
+      more = !queue_.empty();
     }
-    cv_.notify_all();
+    if (more) cv_.notify_all();
   }
 }
 

@@ -66,8 +66,9 @@ void BM_Sdpa(benchmark::State& state) {
 // nn.MultiheadAttention-style self-attention, E=512, H=8, packed in_proj.
 // BM_MhaWeights also returns the head-averaged weights (PyTorch's default
 // need_weights=True), which takes the exact matmul-softmax-matmul path.
-void RunMha(benchmark::State& state, bool need_weights) {
-  const int64_t e = 512, h = 8, b = state.range(0), l = state.range(1);
+void RunMha(benchmark::State& state, bool need_weights, int64_t e = 512, int64_t h = 8,
+            int threads = 0) {
+  const int64_t b = state.range(0), l = state.range(1);
   auto x = Random(b * l * e, 1);
   auto in_proj = Random(3 * e * e, 2), in_bias = Random(3 * e, 3);
   auto out_w = Random(e * e, 4), out_b = Random(e, 5);
@@ -84,6 +85,7 @@ void RunMha(benchmark::State& state, bool need_weights) {
   attn::MultiHeadAttentionOptions opt;
   opt.num_heads = h;
   opt.need_weights = need_weights;
+  opt.num_threads = threads;
   const auto xv = attn::TensorView::Dense(x.data(), {b, l, e});
   for (auto _ : state) {
     auto r = attn::MultiHeadAttention(pw, xv, xv, xv, opt);
@@ -97,6 +99,9 @@ void RunMha(benchmark::State& state, bool need_weights) {
 
 void BM_Mha(benchmark::State& state) { RunMha(state, false); }
 void BM_MhaWeights(benchmark::State& state) { RunMha(state, true); }
+// The server benchmark's small request: E=64, 4 heads, on one thread (as the
+// server runs requests this small). Measures per-call overhead.
+void BM_MhaSmall(benchmark::State& state) { RunMha(state, false, 64, 4, 1); }
 
 BENCHMARK(BM_OneDnnMatmul1024)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Sdpa)
@@ -109,6 +114,11 @@ BENCHMARK(BM_Mha)
     ->ArgNames({"B", "L"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_MhaSmall)
+    ->ArgsProduct({{1}, {16}})
+    ->ArgNames({"B", "L"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_MhaWeights)
     ->ArgsProduct({{1}, {128, 512, 2048}})
     ->ArgNames({"B", "L"})
