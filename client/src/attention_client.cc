@@ -2,9 +2,11 @@
 
 #include <grpcpp/support/client_interceptor.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
+
+#include "attn/files.h"
 
 namespace attn::client {
 namespace {
@@ -37,17 +39,6 @@ class BearerTokenFactory final : public grpc::experimental::ClientInterceptorFac
   const std::string header_;  // lives as long as the channel (which owns the factory)
 };
 
-StatusOr<std::string> ReadPem(const char* flag, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::InvalidArgument(std::string(flag) + " " + path + ": cannot open");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (text.str().find("-----BEGIN ") == std::string::npos) {
-    return Status::InvalidArgument(std::string(flag) + " " + path + ": not a PEM file");
-  }
-  return text.str();
-}
-
 StatusOr<std::shared_ptr<grpc::ChannelCredentials>> Credentials(const ChannelOptions& o) {
   if (!o.tls && o.tls_ca.empty() && o.tls_cert.empty() && o.tls_key.empty()) {
     return grpc::InsecureChannelCredentials();
@@ -57,14 +48,14 @@ StatusOr<std::shared_ptr<grpc::ChannelCredentials>> Credentials(const ChannelOpt
   }
   grpc::SslCredentialsOptions ssl;
   if (!o.tls_ca.empty()) {
-    auto ca = ReadPem("--tls-ca", o.tls_ca);
+    auto ca = ReadPemFile("--tls-ca", o.tls_ca);
     if (!ca.ok()) return ca.status();
     ssl.pem_root_certs = *ca;
   }
   if (!o.tls_cert.empty()) {
-    auto cert = ReadPem("--tls-cert", o.tls_cert);
+    auto cert = ReadPemFile("--tls-cert", o.tls_cert);
     if (!cert.ok()) return cert.status();
-    auto key = ReadPem("--tls-key", o.tls_key);
+    auto key = ReadPemFile("--tls-key", o.tls_key);
     if (!key.ok()) return key.status();
     ssl.pem_cert_chain = *cert;
     ssl.pem_private_key = *key;

@@ -4,11 +4,10 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
 
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "attn/attention.h"
+#include "attn/files.h"
 #include "attn/threading.h"
 #include "server_log.h"
 
@@ -39,29 +38,17 @@ Status WarmUp(const ModelRegistry& models, int threads) {
   return Status::Ok();
 }
 
-// The whole of a PEM file named by `flag`.
-StatusOr<std::string> ReadPem(const char* flag, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::InvalidArgument(std::string(flag) + " " + path + ": cannot open");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (text.str().find("-----BEGIN ") == std::string::npos) {
-    return Status::InvalidArgument(std::string(flag) + " " + path + ": not a PEM file");
-  }
-  return text.str();
-}
-
 StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const ServerConfig& config) {
   if (config.tls_cert.empty()) return grpc::InsecureServerCredentials();
-  auto cert = ReadPem("--tls-cert", config.tls_cert);
+  auto cert = ReadPemFile("--tls-cert", config.tls_cert);
   if (!cert.ok()) return cert.status();
-  auto key = ReadPem("--tls-key", config.tls_key);
+  auto key = ReadPemFile("--tls-key", config.tls_key);
   if (!key.ok()) return key.status();
   grpc::SslServerCredentialsOptions ssl(
       config.tls_client_ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
                                    : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
   if (!config.tls_client_ca.empty()) {
-    auto ca = ReadPem("--tls-client-ca", config.tls_client_ca);
+    auto ca = ReadPemFile("--tls-client-ca", config.tls_client_ca);
     if (!ca.ok()) return ca.status();
     ssl.pem_root_certs = *ca;
   }
