@@ -134,6 +134,35 @@ TEST(Admission, CallsOverMaxQueueAreRefusedAtOnce) {
   EXPECT_EQ(bg.ok(), 2);
 }
 
+TEST(Admission, ClientCancelFreesItsQueuedWork) {
+  // One CPU, held by a long call; a second call waits, then its client
+  // cancels it: the server drops it unanswered and never computes it.
+  auto s = attn_test::StartTestServer([](server::ServerConfig& c) { c.threads = 1; });
+  ASSERT_NE(s, nullptr);
+  Background bg(attn_test::Target(*s));
+  bg.Start(LongSdpa(4096));
+  ASSERT_TRUE(WaitFor([&] { return s->calls_in_flight() == 1; }));
+  auto stub = attention::v1::AttentionService::NewStub(client::Connect(attn_test::Target(*s)));
+  grpc::ClientContext ctx;
+  AttentionResponse resp;
+  std::atomic<bool> done{false};
+  grpc::Status status;
+  const AttentionRequest queued = LongSdpa(2048);
+  stub->async()->Attention(&ctx, &queued, &resp, [&](grpc::Status st) {
+    status = std::move(st);
+    done = true;
+  });
+  ASSERT_TRUE(WaitFor([&] { return s->calls_in_flight() == 2; }));
+  ctx.TryCancel();
+  ASSERT_TRUE(WaitFor([&] { return done.load(); }));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED);
+  bg.Join();
+  EXPECT_EQ(bg.ok(), 1);
+  // It reached the CPU only after its client gave up: dropped, not computed.
+  ASSERT_TRUE(WaitFor([&] { return s->calls_in_flight() == 0; }));
+  EXPECT_EQ(s->calls_skipped(), 1);
+}
+
 int64_t RssBytes() {
   std::ifstream statm("/proc/self/statm");
   int64_t size = 0, resident = 0;

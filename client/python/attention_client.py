@@ -62,11 +62,28 @@ class AttentionClient:
     """A channel to one server. Every call raises grpc.RpcError on failure
     (e.code() is e.g. grpc.StatusCode.INVALID_ARGUMENT, e.details() says why)."""
 
-    def __init__(self, target="localhost:50051", max_message_mb=64, timeout=30.0):
+    def __init__(self, target="localhost:50051", max_message_mb=64, timeout=30.0, *,
+                 tls=False, tls_ca=None, tls_cert=None, tls_key=None, token=None):
+        """TLS when `tls` is set or a PEM path is given: the server's certificate
+        must chain to `tls_ca` (default: the system's roots); `tls_cert` and
+        `tls_key` are a client certificate for mutual TLS. `token` is sent as
+        `authorization: Bearer <token>` on every AttentionService call."""
         size = max_message_mb << 20
-        self.channel = grpc.insecure_channel(target, options=[
-            ("grpc.max_send_message_length", size),
-            ("grpc.max_receive_message_length", size)])
+        options = [("grpc.max_send_message_length", size),
+                   ("grpc.max_receive_message_length", size)]
+        if tls or tls_ca or tls_cert or tls_key:
+            def read(path):
+                if path is None:
+                    return None
+                with open(path, "rb") as f:
+                    return f.read()
+            creds = grpc.ssl_channel_credentials(root_certificates=read(tls_ca),
+                                                 private_key=read(tls_key),
+                                                 certificate_chain=read(tls_cert))
+            self.channel = grpc.secure_channel(target, creds, options=options)
+        else:
+            self.channel = grpc.insecure_channel(target, options=options)
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else None
         self.stub = attention_pb2_grpc.AttentionServiceStub(self.channel)
         self.health_stub = health_pb2_grpc.HealthStub(self.channel)
         self.timeout = timeout
@@ -112,7 +129,7 @@ class AttentionClient:
         if scale is not None:
             req.scale = scale
         self._fill(req, encoding, key, value, projections, key_padding_mask, attn_bias)
-        return self._result(self.stub.Attention(req, timeout=self.timeout), return_weights)
+        return self._result(self.stub.Attention(req, timeout=self.timeout, metadata=self._metadata), return_weights)
 
     def cross_attention(self, decoder, encoder, *, model="", projections=None, causal=False,
                         key_padding_mask=None, attn_bias=None, scale=None,
@@ -125,7 +142,7 @@ class AttentionClient:
             req.scale = scale
         self._fill(req, encoding, projections=projections, key_padding_mask=key_padding_mask,
                    attn_bias=attn_bias)
-        return self._result(self.stub.CrossAttention(req, timeout=self.timeout), return_weights)
+        return self._result(self.stub.CrossAttention(req, timeout=self.timeout, metadata=self._metadata), return_weights)
 
     def multi_head_attention(self, query, key=None, value=None, *, model="", num_heads=0,
                              projections=None, causal=False, key_padding_mask=None,
@@ -136,12 +153,13 @@ class AttentionClient:
             query=to_tensor(query, encoding), model=model, num_heads=num_heads, causal=causal,
             return_weights=return_weights, per_head_weights=per_head_weights)
         self._fill(req, encoding, key, value, projections, key_padding_mask, attn_bias)
-        return self._result(self.stub.MultiHeadAttention(req, timeout=self.timeout),
+        return self._result(self.stub.MultiHeadAttention(req, timeout=self.timeout, metadata=self._metadata),
                             return_weights)
 
     def list_models(self):
         """[{name, kind, embed_dim, num_heads, kdim, vdim}, ...]"""
-        resp = self.stub.ListModels(attention_pb2.ListModelsRequest(), timeout=self.timeout)
+        resp = self.stub.ListModels(attention_pb2.ListModelsRequest(), timeout=self.timeout,
+                                    metadata=self._metadata)
         return [{"name": m.name, "kind": m.kind, "embed_dim": m.embed_dim,
                  "num_heads": m.num_heads, "kdim": m.kdim, "vdim": m.vdim}
                 for m in resp.models]

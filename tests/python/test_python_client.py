@@ -8,8 +8,10 @@ committed golden files from tests/golden/make_goldens.py.
 import json
 import os
 import re
+import shutil
 import struct
 import subprocess
+import tempfile
 import time
 import unittest
 
@@ -143,6 +145,78 @@ class PythonClientTest(unittest.TestCase):
         names = {m["name"]: m for m in self.client.list_models()}
         self.assertEqual(names["mha_cross_kdim_vdim_bias4d"]["kdim"], 12)
         self.assertEqual(names["seed_cross_attention"]["kind"], "cross_attention")
+
+
+
+def make_pki(directory):
+    """A CA, a server certificate for 127.0.0.1 and a client certificate (openssl CLI)."""
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+    def run(*args):
+        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
+
+    run("req", "-x509", *ec, "-days", "2", "-subj", "/CN=py-ca", "-keyout", "ca.key",
+        "-out", "ca.pem", "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=keyCertSign")
+    with open(os.path.join(directory, "server.ext"), "w") as f:
+        f.write("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    with open(os.path.join(directory, "client.ext"), "w") as f:
+        f.write("extendedKeyUsage=clientAuth\n")
+    for name, cn in (("server", "localhost"), ("client", "py-client")):
+        run("req", *ec, "-subj", f"/CN={cn}", "-keyout", f"{name}.key", "-out", f"{name}.csr")
+        run("x509", "-req", "-days", "2", "-in", f"{name}.csr", "-CA", "ca.pem",
+            "-CAkey", "ca.key", "-CAcreateserial", "-extfile", f"{name}.ext",
+            "-out", f"{name}.pem")
+
+
+class SecureClientTest(unittest.TestCase):
+    """mTLS and a bearer token from Python."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="attn-py-tls-")
+        make_pki(cls.dir)
+        cls.token = "py-token-8c1f"
+        with open(os.path.join(cls.dir, "tokens"), "w") as f:
+            f.write(cls.token + "\n")
+        def p(name):
+            return os.path.join(cls.dir, name)
+        cls.proc, cls.port = start_server(
+            "--tls-cert", p("server.pem"), "--tls-key", p("server.key"),
+            "--tls-client-ca", p("ca.pem"), "--auth-token-file", p("tokens"))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.proc.terminate()
+        cls.proc.wait(timeout=15)
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def p(self, name):
+        return os.path.join(self.dir, name)
+
+    def client(self, **kw):
+        return AttentionClient(f"127.0.0.1:{self.port}", timeout=10, **kw)
+
+    def test_mtls_with_token_computes_the_seed_example(self):
+        with self.client(tls_ca=self.p("ca.pem"), tls_cert=self.p("client.pem"),
+                         tls_key=self.p("client.key"), token=self.token) as c:
+            self.assertEqual(c.health(), "SERVING")
+            out, _ = c.attention(np.array([[1, 0], [0, 1], [1, 1], [1, 1], [0.5, 1]], np.float32))
+            self.assertAlmostEqual(float(out[0, 0]), 0.7988, places=4)
+
+    def test_missing_token_is_unauthenticated_and_health_is_open(self):
+        with self.client(tls_ca=self.p("ca.pem"), tls_cert=self.p("client.pem"),
+                         tls_key=self.p("client.key")) as c:
+            self.assertEqual(c.health(), "SERVING")
+            with self.assertRaises(grpc.RpcError) as e:
+                c.list_models()
+            self.assertEqual(e.exception.code(), grpc.StatusCode.UNAUTHENTICATED)
+
+    def test_no_client_certificate_is_refused(self):
+        with self.client(tls_ca=self.p("ca.pem"), token=self.token) as c:
+            with self.assertRaises(grpc.RpcError) as e:
+                c.health()
+            self.assertEqual(e.exception.code(), grpc.StatusCode.UNAVAILABLE)
 
 
 if __name__ == "__main__":
