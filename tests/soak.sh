@@ -37,7 +37,7 @@ benches="$benches $!"
 # the run if longer), then every 2 s until the clients finish.
 warm_at=$(( seconds / 4 > 10 ? seconds / 4 : 10 ))
 start=$(date +%s)
-warm="" max=0 samples=0
+warm="" max=0 samples=0 trace=""
 while kill -0 $benches 2>/dev/null; do
   sleep 2
   now=$(( $(date +%s) - start ))
@@ -47,6 +47,7 @@ while kill -0 $benches 2>/dev/null; do
     [ "$r" -gt "$max" ] && max=$r
     samples=$((samples + 1))
   fi
+  trace="$trace ${now}s:$((r / 1024))M"
   [ $now -le $(( seconds + 60 )) ] || { echo "FAIL: the clients ran past ${seconds}s + 60s"; exit 1; }
 done
 end=$(rss)
@@ -78,5 +79,6 @@ total=$(echo "$metrics" | awk '/^attn_requests_total/ {s += $2} END {print s}')
 growth=$(( (max - warm) * 1000 / warm ))
 echo "server RSS: ${warm} KiB after warm-up, max ${max} KiB over ${samples} samples, ${end} KiB at the end (growth $((growth / 10)).$((growth % 10))%)"
 echo "server counted ${total} calls, all OK"
+echo "RSS over time:$trace"
 [ "$max" -le $(( warm + warm / 10 )) ] || { echo "FAIL: RSS grew more than 10% after warm-up"; exit 1; }
 echo "PASS: soak ${seconds}s, mixed RPCs at concurrency 64, no errors, no mismatches, RSS within 10%"

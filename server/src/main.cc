@@ -11,6 +11,28 @@
 #include "server_config.h"
 #include "server_log.h"
 
+// gperftools' C API, present when the binary links tcmalloc (ATTN_TCMALLOC);
+// weak, so the server also builds and runs without it.
+extern "C" int MallocExtension_SetNumericProperty(const char* property, size_t value)
+    __attribute__((weak));
+
+namespace {
+
+// tcmalloc lets its per-thread caches grow to 32 MiB in all, which takes a
+// minute of load to fill: RSS climbs 48 -> 72 MiB and only then levels off.
+// 8 MiB costs no measurable throughput (small MHA at concurrency 32: 34.4k
+// vs 34.0k req/s) and keeps RSS flat from the first seconds. The variable
+// TCMALLOC_MAX_TOTAL_THREAD_CACHE_BYTES still overrides it.
+void CapAllocatorCaches() {
+  if (MallocExtension_SetNumericProperty == nullptr ||
+      std::getenv("TCMALLOC_MAX_TOTAL_THREAD_CACHE_BYTES") != nullptr) {
+    return;
+  }
+  MallocExtension_SetNumericProperty("tcmalloc.max_total_thread_cache_bytes", size_t{8} << 20);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   bool help = false;
   auto config = attn::server::ParseServerConfig(std::vector<std::string>(argv + 1, argv + argc),
@@ -24,6 +46,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   attn::server::ConfigureLogging(config->log_level, config->log_format);
+  CapAllocatorCaches();
 
   // Signals are taken synchronously by this thread; every thread started
   // from here on inherits the blocked mask.
