@@ -52,7 +52,8 @@ AttentionRequest SmallSdpa() {
 }
 
 // Waits (bounded) until `done()`; returns it.
-bool WaitFor(const std::function<bool()>& done, std::chrono::seconds limit = std::chrono::seconds(30)) {
+bool WaitFor(const std::function<bool()>& done,
+             std::chrono::seconds limit = std::chrono::seconds(30)) {
   const auto until = Clock::now() + limit;
   while (!done() && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return done();
@@ -292,17 +293,23 @@ TEST(Metrics, ScrapeCountsKnownTraffic) {
 
   std::string text;
   // The last call's counters land just after its answer is sent: poll.
-  ASSERT_TRUE(WaitFor([&] {
-    text = Scrape(s->metrics_port());
-    return Sample(text, "attn_inflight_requests") == 0 &&
-           Sample(text, R"(attn_requests_total{rpc="ListModels",model="-",code="OK"})") == 1;
-  }, std::chrono::seconds(10))) << text;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        text = Scrape(s->metrics_port());
+        return Sample(text, "attn_inflight_requests") == 0 &&
+               Sample(text, R"(attn_requests_total{rpc="ListModels",model="-",code="OK"})") == 1;
+      },
+      std::chrono::seconds(10)))
+      << text;
   EXPECT_EQ(Sample(text, R"(attn_requests_total{rpc="Attention",model="-",code="OK"})"), 3);
-  EXPECT_EQ(Sample(text,
-                   R"(attn_requests_total{rpc="MultiHeadAttention",model="demo-mha-small",code="INVALID_ARGUMENT"})"),
-            2);
-  EXPECT_EQ(Sample(text, R"(attn_requests_total{rpc="MultiHeadAttention",model="-",code="NOT_FOUND"})"),
-            1);
+  EXPECT_EQ(
+      Sample(
+          text,
+          R"(attn_requests_total{rpc="MultiHeadAttention",model="demo-mha-small",code="INVALID_ARGUMENT"})"),
+      2);
+  EXPECT_EQ(
+      Sample(text, R"(attn_requests_total{rpc="MultiHeadAttention",model="-",code="NOT_FOUND"})"),
+      1);
   EXPECT_EQ(Sample(text, R"(attn_request_duration_seconds_count{rpc="Attention"})"), 3);
   EXPECT_EQ(Sample(text, R"(attn_request_duration_seconds_bucket{rpc="Attention",le="+Inf"})"), 3);
   EXPECT_EQ(Sample(text, R"(attn_request_duration_seconds_count{rpc="MultiHeadAttention"})"), 3);
@@ -315,13 +322,16 @@ TEST(Metrics, ScrapeCountsKnownTraffic) {
   EXPECT_EQ(Sample(text, R"(attn_response_bytes_total{rpc="Attention"})"), bytes_out);
   EXPECT_EQ(Sample(text, "attn_queued_requests"), 0);
   EXPECT_EQ(Sample(text, "attn_compute_threads"), s->compute_threads());
-  EXPECT_EQ(Sample(text,
-                   R"(attn_model_info{model="demo-mha",kind="multi_head_attention",embed_dim="512",num_heads="8",kdim="512",vdim="512"})"),
-            1)
+  EXPECT_EQ(
+      Sample(
+          text,
+          R"(attn_model_info{model="demo-mha",kind="multi_head_attention",embed_dim="512",num_heads="8",kdim="512",vdim="512"})"),
+      1)
       << text;
   EXPECT_GT(Sample(text, "process_resident_memory_bytes"), 10 << 20);
   // Histogram buckets are cumulative.
-  std::regex bucket(R"re(attn_request_duration_seconds_bucket\{rpc="Attention",le="[^"]+"\} (\d+))re");
+  std::regex bucket(
+      R"re(attn_request_duration_seconds_bucket\{rpc="Attention",le="[^"]+"\} (\d+))re");
   int64_t last = 0;
   int buckets = 0;
   for (std::sregex_iterator it(text.begin(), text.end(), bucket), end; it != end; ++it) {
@@ -495,16 +505,18 @@ class Pki {
     const std::string d = File("");
     auto ca = [&](const std::string& name) {
       return "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2"
-             " -subj /CN=" + name + " -keyout " + d + name + ".key -out " + d + name + ".pem"
+             " -subj /CN=" +
+             name + " -keyout " + d + name + ".key -out " + d + name +
+             ".pem"
              " -addext basicConstraints=critical,CA:TRUE -addext keyUsage=keyCertSign";
     };
     auto leaf = [&](const std::string& name, const std::string& cn, const std::string& ca_name,
                     const std::string& ext) {
-      return "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=" +
-             cn + " -keyout " + d + name + ".key -out " + d + name + ".csr && " +
+      return "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=" + cn +
+             " -keyout " + d + name + ".key -out " + d + name + ".csr && " +
              "openssl x509 -req -days 2 -in " + d + name + ".csr -CA " + d + ca_name +
-             ".pem -CAkey " + d + ca_name + ".key -CAcreateserial -extfile " + d + ext +
-             " -out " + d + name + ".pem";
+             ".pem -CAkey " + d + ca_name + ".key -CAcreateserial -extfile " + d + ext + " -out " +
+             d + name + ".pem";
     };
     const std::string script = "set -e; exec >" + d + "openssl.log 2>&1; " + ca("ca") + "; " +
                                ca("other-ca") + "; " +
@@ -603,11 +615,13 @@ TEST_F(Tls, UnreadableOrNonPemFilesStopTheStart) {
   struct Case {
     std::string cert, key, ca, expected;
   };
-  for (const Case& c : std::vector<Case>{
-           {dir.File("none.pem"), F("server.key"), "", "--tls-cert " + dir.File("none.pem") + ": cannot open"},
-           {F("server.pem"), dir.File("junk.pem"), "", "--tls-key " + dir.File("junk.pem") + ": not a PEM file"},
-           {F("server.pem"), F("server.key"), dir.File("none.pem"),
-            "--tls-client-ca " + dir.File("none.pem") + ": cannot open"}}) {
+  for (const Case& c :
+       std::vector<Case>{{dir.File("none.pem"), F("server.key"), "",
+                          "--tls-cert " + dir.File("none.pem") + ": cannot open"},
+                         {F("server.pem"), dir.File("junk.pem"), "",
+                          "--tls-key " + dir.File("junk.pem") + ": not a PEM file"},
+                         {F("server.pem"), F("server.key"), dir.File("none.pem"),
+                          "--tls-client-ca " + dir.File("none.pem") + ": cannot open"}}) {
     server::ServerConfig cfg;
     cfg.host = "127.0.0.1";
     cfg.port = 0;

@@ -74,8 +74,10 @@ TEST(ServerConfig, OperationsFlags) {
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.status().message(), msg);
   };
-  bad(Parse({"--max-inflight", "0"}), "--max-inflight: expected an integer in [1, 1048576], got '0'");
-  bad(Parse({"--metrics-port", "-2"}), "--metrics-port: expected an integer in [-1, 65535], got '-2'");
+  bad(Parse({"--max-inflight", "0"}),
+      "--max-inflight: expected an integer in [1, 1048576], got '0'");
+  bad(Parse({"--metrics-port", "-2"}),
+      "--metrics-port: expected an integer in [-1, 65535], got '-2'");
   bad(Parse({"--tls-cert", "s.pem"}), "--tls-cert and --tls-key go together: got only --tls-cert");
   bad(Parse({"--tls-key", "s.key"}), "--tls-cert and --tls-key go together: got only --tls-key");
   bad(Parse({"--tls-client-ca", "ca.pem"}),

@@ -127,9 +127,9 @@ StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerCo
                          UsingAvx512Kernels() ? "avx512" : "portable"));
   LogMessage(spdlog::level::info,
              fmt::format("transport {}; bearer tokens {}; metrics {}; max in flight {}, queued {}",
-                         config.tls_cert.empty()          ? "plaintext"
+                         config.tls_cert.empty()        ? "plaintext"
                          : config.tls_client_ca.empty() ? "TLS"
-                                                          : "mutual TLS",
+                                                        : "mutual TLS",
                          s->auth_ ? std::to_string(s->auth_->size()) + " loaded" : "off",
                          s->metrics_http_ ? fmt::format("http://{}:{}/metrics", config.host,
                                                         s->metrics_http_->port())

@@ -112,8 +112,7 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Handle(Rpc rpc, grpc::CallbackSe
   // Counted from here until Done(), rejected calls included.
   const int in_flight = in_flight_.fetch_add(1, std::memory_order_relaxed) + 1;
   auto* reactor = new CallReactor(
-      this, rpc, ctx,
-      options_.metrics != nullptr ? static_cast<int64_t>(req->ByteSizeLong()) : 0);
+      this, rpc, ctx, options_.metrics != nullptr ? static_cast<int64_t>(req->ByteSizeLong()) : 0);
   Status st = Authenticate(ctx);
   if (!st.ok()) {
     reactor->Done(st, nullptr);
@@ -150,8 +149,8 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Handle(Rpc rpc, grpc::CallbackSe
     } else {
       try {
         auto out = call->compute(granted);
-        result = out.ok() ? EncodeResponse(*out, call->encoding, options_.limits, resp)
-                          : out.status();
+        result =
+            out.ok() ? EncodeResponse(*out, call->encoding, options_.limits, resp) : out.status();
       } catch (const std::exception& e) {  // core throws nothing; this is a last guard
         result = Status::Internal(std::string("unexpected error: ") + e.what());
       }
@@ -164,10 +163,10 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Handle(Rpc rpc, grpc::CallbackSe
     run(1);
     scheduler->Release(1);
   } else if (!scheduler->Submit(threads, std::move(run))) {
-    reactor->Done(Status::ResourceExhausted("server: the compute queue is full (--max-queue " +
-                                            std::to_string(scheduler->max_queue()) +
-                                            "); retry later"),
-                  nullptr);
+    reactor->Done(
+        Status::ResourceExhausted("server: the compute queue is full (--max-queue " +
+                                  std::to_string(scheduler->max_queue()) + "); retry later"),
+        nullptr);
   }
   return reactor;
 }

@@ -16,19 +16,19 @@ StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
-  s->http_->Get("/metrics", [render = std::move(render)](const httplib::Request&,
-                                                           httplib::Response& res) {
-    res.set_content(render(), "text/plain; version=0.0.4; charset=utf-8");
-  });
+  s->http_->Get("/metrics",
+                [render = std::move(render)](const httplib::Request&, httplib::Response& res) {
+                  res.set_content(render(), "text/plain; version=0.0.4; charset=utf-8");
+                });
   s->http_->Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("attention-server: Prometheus metrics at /metrics\n", "text/plain");
   });
   const bool bound = port == 0 ? (s->port_ = s->http_->bind_to_any_port(host)) > 0
                                : s->http_->bind_to_port(host, port);
   if (!bound) {
-    return Status(StatusCode::kFailedPrecondition,
-                  "--metrics-port: cannot listen on " + host + ":" + std::to_string(port) +
-                      " (in use, or a bad address?)");
+    return Status(StatusCode::kFailedPrecondition, "--metrics-port: cannot listen on " + host +
+                                                       ":" + std::to_string(port) +
+                                                       " (in use, or a bad address?)");
   }
   if (port != 0) s->port_ = port;
   httplib::Server* http = s->http_.get();

@@ -210,8 +210,7 @@ StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& args,
                                    std::string(c.tls_cert.empty() ? "--tls-key" : "--tls-cert"));
   }
   if (!c.tls_client_ca.empty() && c.tls_cert.empty()) {
-    return Status::InvalidArgument(
-        "--tls-client-ca (mutual TLS) needs --tls-cert and --tls-key");
+    return Status::InvalidArgument("--tls-client-ca (mutual TLS) needs --tls-cert and --tls-key");
   }
   return c;
 }

@@ -11,17 +11,15 @@ namespace attn::server {
 namespace {
 
 constexpr const char* kCodeNames[ServerMetrics::kNumCodes] = {
-    "OK",           "CANCELLED",          "UNKNOWN",           "INVALID_ARGUMENT",
-    "DEADLINE_EXCEEDED", "NOT_FOUND",     "ALREADY_EXISTS",    "PERMISSION_DENIED",
-    "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",    "OUT_OF_RANGE",
-    "UNIMPLEMENTED", "INTERNAL",          "UNAVAILABLE",       "DATA_LOSS",
-    "UNAUTHENTICATED"};
+    "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+    "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+    "DATA_LOSS", "UNAUTHENTICATED"};
 
 constexpr int kNumBuckets = static_cast<int>(ServerMetrics::kBuckets.size()) + 1;  // + "+Inf"
 
 double NowSeconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 // Label values are model names from file stems: escape what Prometheus needs.
@@ -50,8 +48,8 @@ struct Histogram {
   Counter buckets[kNumBuckets]{};
   Counter sum_ns{0};
   void Observe(double seconds) {
-    const auto it = std::lower_bound(ServerMetrics::kBuckets.begin(),
-                                     ServerMetrics::kBuckets.end(), seconds);
+    const auto it =
+        std::lower_bound(ServerMetrics::kBuckets.begin(), ServerMetrics::kBuckets.end(), seconds);
     buckets[it - ServerMetrics::kBuckets.begin()].fetch_add(1, std::memory_order_relaxed);
     sum_ns.fetch_add(static_cast<uint64_t>(std::max(seconds, 0.0) * 1e9),
                      std::memory_order_relaxed);
@@ -62,10 +60,14 @@ struct Histogram {
 
 const char* RpcName(Rpc rpc) {
   switch (rpc) {
-    case Rpc::kAttention: return "Attention";
-    case Rpc::kCrossAttention: return "CrossAttention";
-    case Rpc::kMultiHeadAttention: return "MultiHeadAttention";
-    case Rpc::kListModels: return "ListModels";
+    case Rpc::kAttention:
+      return "Attention";
+    case Rpc::kCrossAttention:
+      return "CrossAttention";
+    case Rpc::kMultiHeadAttention:
+      return "MultiHeadAttention";
+    case Rpc::kListModels:
+      return "ListModels";
   }
   return "?";
 }
@@ -141,32 +143,33 @@ std::string ServerMetrics::Render(const MetricsGauges& g) const {
     }
   }
 
-  auto histogram = [&](const char* name, const char* help, Histogram (Shard::*which)[kNumRpcs]) {
+  auto histogram = [&](const char* name, const char* help, Histogram(Shard::*which)[kNumRpcs]) {
     out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " histogram\n";
     for (int r = 0; r < kNumRpcs; ++r) {
       const std::string rpc = RpcName(static_cast<Rpc>(r));
       uint64_t cumulative = 0;
       for (int b = 0; b < kNumBuckets; ++b) {
-        cumulative += sum([&](const Shard& s) -> const Counter& { return (s.*which)[r].buckets[b]; });
+        cumulative +=
+            sum([&](const Shard& s) -> const Counter& { return (s.*which)[r].buckets[b]; });
         out += std::string(name) + "_bucket{rpc=\"" + rpc + "\",le=\"" +
                (b + 1 < kNumBuckets ? Num(kBuckets[b]) : "+Inf") + "\"} " +
                std::to_string(cumulative) + "\n";
       }
-      const uint64_t ns = sum([&](const Shard& s) -> const Counter& { return (s.*which)[r].sum_ns; });
+      const uint64_t ns =
+          sum([&](const Shard& s) -> const Counter& { return (s.*which)[r].sum_ns; });
       out += std::string(name) + "_sum{rpc=\"" + rpc + "\"} " + Num(ns * 1e-9) + "\n";
       out += std::string(name) + "_count{rpc=\"" + rpc + "\"} " + std::to_string(cumulative) + "\n";
     }
   };
-  histogram("attn_request_duration_seconds",
-            "Time from a call's arrival to its answer, all calls.", &Shard::latency);
+  histogram("attn_request_duration_seconds", "Time from a call's arrival to its answer, all calls.",
+            &Shard::latency);
   histogram("attn_queue_duration_seconds",
-            "Time a call waited for a CPU (calls that reached the compute stage).",
-            &Shard::queue);
+            "Time a call waited for a CPU (calls that reached the compute stage).", &Shard::queue);
   histogram("attn_compute_duration_seconds",
             "Time a call computed and encoded its response (calls that reached the compute stage).",
             &Shard::compute);
 
-  auto per_rpc = [&](const char* name, const char* help, Counter (Shard::*which)[kNumRpcs]) {
+  auto per_rpc = [&](const char* name, const char* help, Counter(Shard::*which)[kNumRpcs]) {
     out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n";
     for (int r = 0; r < kNumRpcs; ++r) {
       const uint64_t n = sum([&](const Shard& s) -> const Counter& { return (s.*which)[r]; });
@@ -199,8 +202,8 @@ std::string ServerMetrics::Render(const MetricsGauges& g) const {
   for (const auto& m : models_) {
     out += "attn_model_info{model=\"" + Escape(m.name) + "\",kind=\"" + Escape(m.kind) +
            "\",embed_dim=\"" + std::to_string(m.embed_dim) + "\",num_heads=\"" +
-           std::to_string(m.num_heads) + "\",kdim=\"" + std::to_string(m.kdim) +
-           "\",vdim=\"" + std::to_string(m.vdim) + "\"} 1\n";
+           std::to_string(m.num_heads) + "\",kdim=\"" + std::to_string(m.kdim) + "\",vdim=\"" +
+           std::to_string(m.vdim) + "\"} 1\n";
   }
   gauge("process_resident_memory_bytes", "Resident memory size in bytes.",
         static_cast<double>(ProcessRssBytes()));

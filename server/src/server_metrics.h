@@ -39,8 +39,7 @@ class ServerMetrics {
  public:
   // Buckets, in seconds, shared by the latency, queue and compute histograms.
   static constexpr std::array<double, 16> kBuckets = {
-      5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2,
-      2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1, 2.5, 10};
+      5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1, 2.5, 10};
   static constexpr int kNumCodes = 17;  // gRPC status codes 0..16
 
   // `models` in the order of their index; index models.size() is "-"
@@ -56,8 +55,8 @@ class ServerMetrics {
 
   // One finished call. `queue_s`/`compute_s` < 0: the call never reached
   // the compute stage (rejected before), so those histograms skip it.
-  void RecordCall(Rpc rpc, int model, int code, double latency_s, double queue_s,
-                  double compute_s, int64_t bytes_in, int64_t bytes_out);
+  void RecordCall(Rpc rpc, int model, int code, double latency_s, double queue_s, double compute_s,
+                  int64_t bytes_in, int64_t bytes_out);
 
   // The Prometheus text exposition format (version 0.0.4).
   std::string Render(const MetricsGauges& gauges) const;

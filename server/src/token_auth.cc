@@ -51,7 +51,8 @@ Status TokenAuth::Reload() {
     std::lock_guard<std::mutex> lock(mu_);
     path = path_;
   }
-  if (path.empty()) return Status(StatusCode::kFailedPrecondition, "no --auth-token-file to reload");
+  if (path.empty())
+    return Status(StatusCode::kFailedPrecondition, "no --auth-token-file to reload");
   return Load(path);
 }
 
@@ -62,8 +63,7 @@ size_t TokenAuth::size() const {
 
 Status TokenAuth::Check(const char* value, size_t length) const {
   if (value == nullptr) {
-    return Status(StatusCode::kUnauthenticated,
-                  "missing 'authorization: Bearer <token>' metadata");
+    return Status(StatusCode::kUnauthenticated, "missing 'authorization: Bearer <token>' metadata");
   }
   static constexpr char kScheme[] = "bearer ";
   constexpr size_t kSchemeLen = sizeof(kScheme) - 1;
@@ -82,7 +82,8 @@ Status TokenAuth::Check(const char* value, size_t length) const {
   }
   bool ok = false;
   if (tokens) {
-    for (const auto& t : *tokens) ok |= ConstantTimeEquals(t, value + kSchemeLen, length - kSchemeLen);
+    for (const auto& t : *tokens)
+      ok |= ConstantTimeEquals(t, value + kSchemeLen, length - kSchemeLen);
   }
   if (!ok) return Status(StatusCode::kUnauthenticated, "invalid bearer token");
   return Status::Ok();

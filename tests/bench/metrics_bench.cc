@@ -8,9 +8,9 @@
 namespace {
 
 attn::server::ServerMetrics& Metrics() {
-  static auto* m = new attn::server::ServerMetrics(
-      {{"demo-attention", "attention", 64, 1, 64, 64},
-       {"demo-mha-small", "multi_head_attention", 64, 4, 64, 64}});
+  static auto* m =
+      new attn::server::ServerMetrics({{"demo-attention", "attention", 64, 1, 64, 64},
+                                       {"demo-mha-small", "multi_head_attention", 64, 4, 64, 64}});
   return *m;
 }
 
@@ -19,8 +19,7 @@ void BM_RecordCall(benchmark::State& state) {
   const int model = m.ModelIndex("demo-mha-small");
   double t = 1e-5;
   for (auto _ : state) {
-    m.RecordCall(attn::server::Rpc::kMultiHeadAttention, model, 0, t, t * 0.1, t * 0.8, 8300,
-                 4200);
+    m.RecordCall(attn::server::Rpc::kMultiHeadAttention, model, 0, t, t * 0.1, t * 0.8, 8300, 4200);
     t = t < 1 ? t * 1.01 : 1e-5;  // walk over the buckets
   }
 }

@@ -163,13 +163,15 @@ int main(int argc, char** argv) {
     AttentionRequest r;
     *r.mutable_query() = T({0, 2});
     r.mutable_query()->clear_shape();
-    for (int64_t d : {int64_t{0}, int64_t{1} << 40, int64_t{1} << 40}) r.mutable_query()->add_shape(d);
+    for (int64_t d : {int64_t{0}, int64_t{1} << 40, int64_t{1} << 40})
+      r.mutable_query()->add_shape(d);
     Write("regression_empty_tensor_overflowing_dims", 0, r);
     AttentionRequest b;
     *b.mutable_query() = T({1, 3, 4});
     *b.mutable_attn_bias() = T({0, 2});
     b.mutable_attn_bias()->clear_shape();
-    for (int64_t d : {int64_t{0}, int64_t{1} << 62, int64_t{4}}) b.mutable_attn_bias()->add_shape(d);
+    for (int64_t d : {int64_t{0}, int64_t{1} << 62, int64_t{4}})
+      b.mutable_attn_bias()->add_shape(d);
     Write("regression_empty_mask_overflowing_dims", 0, b);
   }
   std::printf("wrote %d regressions to %s\n", written, dir.c_str());

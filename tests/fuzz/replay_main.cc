@@ -17,7 +17,8 @@ int main(int argc, char** argv) {
   auto replay = [&](const fs::path& p) {
     if (std::getenv("ATTN_FUZZ_VERBOSE")) std::fprintf(stderr, "%s\n", p.filename().c_str());
     std::ifstream in(p, std::ios::binary);
-    std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                               std::istreambuf_iterator<char>());
     LLVMFuzzerTestOneInput(bytes.data(), bytes.size());
     ++replayed;
   };
