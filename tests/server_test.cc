@@ -782,8 +782,15 @@ TEST(ServerDeadlines, LongCallStopsBetweenBlocksWhenItsClientGivesUp) {
   }
   const double freed_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  // Without cancellation the server stays busy until the whole call is done.
-  EXPECT_LT(freed_s, 0.8) << "the server kept computing an abandoned call";
+  // Without cancellation the server stays busy until the whole call is done
+  // (over a second here; far longer under ThreadSanitizer, where the bound is
+  // looser because everything runs several times slower).
+#if defined(__SANITIZE_THREAD__)
+  constexpr double kFreedWithinS = 3.0;
+#else
+  constexpr double kFreedWithinS = 0.8;
+#endif
+  EXPECT_LT(freed_s, kFreedWithinS) << "the server kept computing an abandoned call";
 }
 
 TEST(ServerStart, PortInUseIsRefused) {

@@ -150,7 +150,12 @@ StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerCo
   return s;
 }
 
-AttentionServer::~AttentionServer() { Shutdown(std::chrono::milliseconds(0)); }
+AttentionServer::~AttentionServer() {
+  Shutdown(std::chrono::milliseconds(0));
+  // Join the compute workers before the service and the gRPC server go: a
+  // worker returns from its last job (after Finish) on its own schedule.
+  scheduler_.reset();
+}
 
 std::shared_ptr<grpc::Channel> AttentionServer::InProcessChannel() {
   grpc::ChannelArguments args;
