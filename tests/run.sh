@@ -7,9 +7,9 @@
 #   tests/run.sh --no-sanitize   release build only (no ASan/UBSan build, no fuzzing)
 #   tests/run.sh --no-fuzz       skip the fuzzing
 #   tests/run.sh --no-soak       skip the soak
-#   tests/run.sh --all           also the deployment checks: replicas behind nginx
-#                                with a replica killed (deploy/test-lb.sh), and the
-#                                container image (deploy/test-container.sh, minutes)
+#   tests/run.sh --all           also the container image (deploy/test-container.sh,
+#                                podman, minutes); replicas behind nginx with one
+#                                killed (deploy/test-lb.sh) run every time
 #
 # Idempotent: packages already installed are not touched, builds are
 # incremental. BUILD_DIR (default build), SAN_BUILD_DIR (build-asan) and
@@ -82,9 +82,9 @@ if [ "$soak" = 1 ]; then
   echo "== soak ${SOAK_SECONDS:-60} s (tests/soak.sh)"
   bash tests/soak.sh "$build_dir" "${SOAK_SECONDS:-60}"
 fi
+echo "== replicas behind nginx, one killed (deploy/test-lb.sh)"
+bash deploy/test-lb.sh "$build_dir" 6
 if [ "$all" = 1 ]; then
-  echo "== replicas behind nginx, one killed (deploy/test-lb.sh)"
-  bash deploy/test-lb.sh "$build_dir" 6
   echo "== container image (deploy/test-container.sh)"
   bash deploy/test-container.sh
 fi
