@@ -1,5 +1,6 @@
 // Units of the server and client layers: flag parsing, the compute
 // scheduler, and the client's host-array conversions.
+#include <grpcpp/support/status.h>
 #include <gtest/gtest.h>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
@@ -11,6 +12,8 @@
 #include <map>
 #include <sstream>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "attn/json.h"
 #include "compute_scheduler.h"
@@ -107,6 +110,35 @@ TEST(ServerConfig, BadValuesNameTheFlag) {
                   .ok());
   EXPECT_TRUE(help);
   EXPECT_NE(server::ServerUsage().find("ATTN_MODEL_DIR"), std::string::npos);
+}
+
+// ---- Status codes -----------------------------------------------------------
+
+TEST(StatusCodes, EveryGrpcCodeHasItsName) {
+  // The bench counts errors by these names, and metrics label them: a code
+  // core never returns (UNAVAILABLE from a balancer) must still be named.
+  const std::vector<std::pair<grpc::StatusCode, std::string>> codes = {
+      {grpc::StatusCode::OK, "OK"},
+      {grpc::StatusCode::CANCELLED, "CANCELLED"},
+      {grpc::StatusCode::UNKNOWN, "UNKNOWN"},
+      {grpc::StatusCode::INVALID_ARGUMENT, "INVALID_ARGUMENT"},
+      {grpc::StatusCode::DEADLINE_EXCEEDED, "DEADLINE_EXCEEDED"},
+      {grpc::StatusCode::NOT_FOUND, "NOT_FOUND"},
+      {grpc::StatusCode::ALREADY_EXISTS, "ALREADY_EXISTS"},
+      {grpc::StatusCode::PERMISSION_DENIED, "PERMISSION_DENIED"},
+      {grpc::StatusCode::RESOURCE_EXHAUSTED, "RESOURCE_EXHAUSTED"},
+      {grpc::StatusCode::FAILED_PRECONDITION, "FAILED_PRECONDITION"},
+      {grpc::StatusCode::ABORTED, "ABORTED"},
+      {grpc::StatusCode::OUT_OF_RANGE, "OUT_OF_RANGE"},
+      {grpc::StatusCode::UNIMPLEMENTED, "UNIMPLEMENTED"},
+      {grpc::StatusCode::INTERNAL, "INTERNAL"},
+      {grpc::StatusCode::UNAVAILABLE, "UNAVAILABLE"},
+      {grpc::StatusCode::DATA_LOSS, "DATA_LOSS"},
+      {grpc::StatusCode::UNAUTHENTICATED, "UNAUTHENTICATED"}};
+  for (const auto& [code, name] : codes) {
+    EXPECT_EQ(StatusCodeName(static_cast<StatusCode>(code)), name);
+  }
+  EXPECT_STREQ(StatusCodeName(static_cast<StatusCode>(99)), "UNKNOWN");
 }
 
 // ---- Logs -------------------------------------------------------------------

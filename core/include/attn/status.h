@@ -12,21 +12,30 @@
 
 namespace attn {
 
+// gRPC's codes, with gRPC's numbers, so that a gRPC status code converts
+// directly. Core itself returns only some of them.
 enum class StatusCode : int {
   kOk = 0,
   kCancelled = 1,
+  kUnknown = 2,
   kInvalidArgument = 3,
   kDeadlineExceeded = 4,
   kNotFound = 5,
+  kAlreadyExists = 6,
+  kPermissionDenied = 7,
   kResourceExhausted = 8,
   kFailedPrecondition = 9,
+  kAborted = 10,
+  kOutOfRange = 11,
   kUnimplemented = 12,
   kInternal = 13,
+  kUnavailable = 14,
   kDataLoss = 15,
-  kUnauthenticated = 16,  // used by the server only
+  kUnauthenticated = 16,
 };
 
-// Returns a stable upper-case name, e.g. "INVALID_ARGUMENT".
+// Returns a stable upper-case name, e.g. "INVALID_ARGUMENT" (gRPC's names);
+// "UNKNOWN" for a number outside 0..16.
 const char* StatusCodeName(StatusCode code);
 
 // A value type: either OK or a code with a message. Cheap to copy when OK.
