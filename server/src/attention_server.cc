@@ -76,20 +76,18 @@ StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerCo
     s->auth_ = std::make_unique<TokenAuth>();
     ATTN_RETURN_IF_ERROR(s->auth_->Load(config.auth_token_file));
   }
-  std::vector<ModelInfoLabels> labels;
-  for (const AttentionModel* m : s->models_->All()) {
-    const ModelInfo& i = m->info();
-    labels.push_back({i.name, ModelKindName(i.kind), i.embed_dim, i.num_heads, i.kdim, i.vdim});
+  if (config.metrics_port >= 0) {  // without it nothing reads the counters: calls skip them
+    std::vector<ModelInfo> infos;
+    for (const AttentionModel* m : s->models_->All()) infos.push_back(m->info());
+    s->metrics_ = std::make_unique<ServerMetrics>(std::move(infos));
   }
-  s->metrics_ = std::make_unique<ServerMetrics>(std::move(labels));
   ServiceOptions options;
   options.models = s->models_.get();
   options.scheduler = s->scheduler_.get();
   options.limits = config.limits;
   options.max_inflight = config.max_inflight;
   options.auth = s->auth_.get();
-  // Without --metrics-port nothing reads the counters: calls skip them.
-  options.metrics = config.metrics_port >= 0 ? s->metrics_.get() : nullptr;
+  options.metrics = s->metrics_.get();
   s->service_ = std::make_unique<AttentionServiceImpl>(options);
   auto credentials = Credentials(config);
   if (!credentials.ok()) return credentials.status();
@@ -111,7 +109,7 @@ StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerCo
                   "cannot listen on " + address + " (in use, or a bad address?)");
   }
   s->SetServing(false);
-  if (config.metrics_port >= 0) {
+  if (s->metrics_) {
     AttentionServer* self = s.get();
     auto http = MetricsHttpServer::Start(config.host, config.metrics_port,
                                          [self] { return self->RenderMetrics(); });

@@ -35,8 +35,6 @@ class AttentionServer {
   int calls_in_flight() const { return scheduler_->running() + scheduler_->queued(); }
   // The port of /metrics, or -1 when --metrics-port is off.
   int metrics_port() const { return metrics_http_ ? metrics_http_->port() : -1; }
-  // The Prometheus text /metrics serves.
-  std::string RenderMetrics() const;
   // Reads --auth-token-file again (SIGHUP). On error the old tokens stay.
   Status ReloadTokens();
   // Calls dropped unanswered because their client gave up while they waited.
@@ -53,12 +51,14 @@ class AttentionServer {
 
  private:
   AttentionServer() = default;
+  // The Prometheus text /metrics serves (only with --metrics-port).
+  std::string RenderMetrics() const;
 
   ServerConfig config_;
   std::unique_ptr<ModelRegistry> models_;
   std::unique_ptr<ComputeScheduler> scheduler_;
-  std::unique_ptr<TokenAuth> auth_;  // null without --auth-token-file
-  std::unique_ptr<ServerMetrics> metrics_;
+  std::unique_ptr<TokenAuth> auth_;         // null without --auth-token-file
+  std::unique_ptr<ServerMetrics> metrics_;  // null without --metrics-port
   std::unique_ptr<AttentionServiceImpl> service_;
   std::unique_ptr<MetricsHttpServer> metrics_http_;
   std::unique_ptr<grpc::Server> server_;

@@ -12,8 +12,6 @@
 
 namespace attn::server {
 
-using Clock = std::chrono::steady_clock;
-
 namespace {
 
 double SecondsBetween(Clock::time_point a, Clock::time_point b) {
@@ -59,33 +57,13 @@ class CallReactor final : public grpc::ServerUnaryReactor {
       ctx_->AddTrailingMetadata("attn-queue-us", Micros(began - start_));
       ctx_->AddTrailingMetadata("attn-compute-us", Micros(now - began));
     }
-    if (ServerMetrics* m = service_->options_.metrics) {
-      m->RecordCall(rpc_, m->ModelIndex(call_->model), static_cast<int>(st.code()),
-                    SecondsBetween(start_, now), computed ? SecondsBetween(start_, began) : -1,
-                    computed ? SecondsBetween(began, now) : -1, bytes_in_,
-                    st.ok() && resp ? static_cast<int64_t>(resp->ByteSizeLong()) : 0);
-    }
-    Log(st, now);
+    service_->Account(rpc_, call_.get(), st, start_, began, now, bytes_in_,
+                      st.ok() ? resp : nullptr, ctx_);
     service_->in_flight_.fetch_sub(1, std::memory_order_relaxed);
     Finish(ToGrpcStatus(st));
   }
 
  private:
-  void Log(const Status& st, Clock::time_point now) const {
-    // Check first: building the shapes and the peer costs more than a small
-    // call's compute, and debug is usually off.
-    if (!spdlog::should_log(st.ok() ? spdlog::level::debug : spdlog::level::warn)) return;
-    AccessRecord r;
-    r.rpc = RpcName(rpc_);
-    r.model = call_->model.empty() ? "-" : call_->model;
-    r.shapes = call_->Shapes();
-    r.code = StatusCodeName(st.code());
-    r.latency_ms = SecondsBetween(start_, now) * 1e3;
-    r.peer = ctx_->peer();
-    r.reason = st.message();
-    LogAccess(r);
-  }
-
   AttentionServiceImpl* const service_;
   const Rpc rpc_;
   grpc::CallbackServerContext* const ctx_;
@@ -95,6 +73,33 @@ class CallReactor final : public grpc::ServerUnaryReactor {
 };
 
 AttentionServiceImpl::AttentionServiceImpl(const ServiceOptions& options) : options_(options) {}
+
+void AttentionServiceImpl::Account(Rpc rpc, const PreparedCall* call, const Status& st,
+                                   Clock::time_point start, Clock::time_point began,
+                                   Clock::time_point end, int64_t bytes_in,
+                                   const google::protobuf::MessageLite* resp,
+                                   grpc::CallbackServerContext* ctx) const {
+  const bool computed = began != Clock::time_point{};
+  const std::string& model = call != nullptr ? call->model : std::string();
+  if (ServerMetrics* m = options_.metrics) {
+    m->RecordCall(rpc, m->ModelIndex(model), static_cast<int>(st.code()),
+                  SecondsBetween(start, end), computed ? SecondsBetween(start, began) : -1,
+                  computed ? SecondsBetween(began, end) : -1, bytes_in,
+                  resp != nullptr ? static_cast<int64_t>(resp->ByteSizeLong()) : 0);
+  }
+  // Check first: building the shapes and the peer costs more than a small
+  // call's compute, and debug is usually off.
+  if (!spdlog::should_log(st.ok() ? spdlog::level::debug : spdlog::level::warn)) return;
+  AccessRecord r;
+  r.rpc = RpcName(rpc);
+  r.model = model.empty() ? "-" : model;
+  if (call != nullptr) r.shapes = call->Shapes();
+  r.code = StatusCodeName(st.code());
+  r.latency_ms = SecondsBetween(start, end) * 1e3;
+  r.peer = ctx->peer();
+  r.reason = st.message();
+  LogAccess(r);
+}
 
 Status AttentionServiceImpl::Authenticate(grpc::CallbackServerContext* ctx) const {
   if (options_.auth == nullptr) return Status::Ok();
@@ -206,21 +211,7 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::ListModels(
       out->set_vdim(info.vdim);
     }
   }
-  if (ServerMetrics* m = options_.metrics) {
-    m->RecordCall(Rpc::kListModels, m->num_models(), static_cast<int>(st.code()),
-                  SecondsBetween(start, Clock::now()), -1, -1, 0,
-                  static_cast<int64_t>(resp->ByteSizeLong()));
-  }
-  if (spdlog::should_log(st.ok() ? spdlog::level::debug : spdlog::level::warn)) {
-    AccessRecord r;
-    r.rpc = "ListModels";
-    r.model = "-";
-    r.code = StatusCodeName(st.code());
-    r.latency_ms = SecondsBetween(start, Clock::now()) * 1e3;
-    r.peer = ctx->peer();
-    r.reason = st.message();
-    LogAccess(r);
-  }
+  Account(Rpc::kListModels, nullptr, st, start, {}, Clock::now(), 0, resp, ctx);
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(ToGrpcStatus(st));
   return reactor;

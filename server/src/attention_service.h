@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -18,6 +19,9 @@
 #include "token_auth.h"
 
 namespace attn::server {
+
+struct PreparedCall;
+using Clock = std::chrono::steady_clock;
 
 struct ServiceOptions {
   // Must outlive the service.
@@ -66,6 +70,12 @@ class AttentionServiceImpl final : public attention::v1::AttentionService::Callb
                                    attention::v1::AttentionResponse* resp, Prepare prepare);
   // OK, or why the call may not proceed (UNAUTHENTICATED).
   Status Authenticate(grpc::CallbackServerContext* ctx) const;
+  // A finished call's metrics and access line. `call` null: no model, no
+  // shapes; `began` default: it never reached a CPU (no queue/compute time);
+  // `resp`: the answer whose size is counted (null: none was sent).
+  void Account(Rpc rpc, const PreparedCall* call, const Status& st, Clock::time_point start,
+               Clock::time_point began, Clock::time_point end, int64_t bytes_in,
+               const google::protobuf::MessageLite* resp, grpc::CallbackServerContext* ctx) const;
 
   const ServiceOptions options_;
   std::atomic<int64_t> skipped_{0};

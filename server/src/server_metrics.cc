@@ -10,12 +10,6 @@
 namespace attn::server {
 namespace {
 
-constexpr const char* kCodeNames[ServerMetrics::kNumCodes] = {
-    "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
-    "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-    "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
-    "DATA_LOSS", "UNAUTHENTICATED"};
-
 constexpr int kNumBuckets = static_cast<int>(ServerMetrics::kBuckets.size()) + 1;  // + "+Inf"
 
 double NowSeconds() {
@@ -79,7 +73,7 @@ struct alignas(64) ServerMetrics::Shard {
   Counter bytes_in[kNumRpcs]{}, bytes_out[kNumRpcs]{};
 };
 
-ServerMetrics::ServerMetrics(std::vector<ModelInfoLabels> models)
+ServerMetrics::ServerMetrics(std::vector<ModelInfo> models)
     : models_(std::move(models)), start_time_s_(NowSeconds()) {
   for (auto& s : shards_) s = std::make_unique<Shard>(num_models());
 }
@@ -137,8 +131,8 @@ std::string ServerMetrics::Render(const MetricsGauges& g) const {
         });
         if (n == 0) continue;
         out += "attn_requests_total{rpc=\"" + std::string(RpcName(static_cast<Rpc>(r))) +
-               "\",model=\"" + model_name(m) + "\",code=\"" + kCodeNames[c] + "\"} " +
-               std::to_string(n) + "\n";
+               "\",model=\"" + model_name(m) + "\",code=\"" +
+               StatusCodeName(static_cast<StatusCode>(c)) + "\"} " + std::to_string(n) + "\n";
       }
     }
   }
@@ -200,7 +194,7 @@ std::string ServerMetrics::Render(const MetricsGauges& g) const {
 
   out += "# HELP attn_model_info The models served (value 1).\n# TYPE attn_model_info gauge\n";
   for (const auto& m : models_) {
-    out += "attn_model_info{model=\"" + Escape(m.name) + "\",kind=\"" + Escape(m.kind) +
+    out += "attn_model_info{model=\"" + Escape(m.name) + "\",kind=\"" + ModelKindName(m.kind) +
            "\",embed_dim=\"" + std::to_string(m.embed_dim) + "\",num_heads=\"" +
            std::to_string(m.num_heads) + "\",kdim=\"" + std::to_string(m.kdim) + "\",vdim=\"" +
            std::to_string(m.vdim) + "\"} 1\n";

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "attn/model.h"
+
 namespace attn::server {
 
 enum class Rpc { kAttention, kCrossAttention, kMultiHeadAttention, kListModels };
@@ -30,11 +32,6 @@ struct MetricsGauges {
   int64_t calls_skipped = 0;  // dropped unanswered: cancelled or expired while queued
 };
 
-struct ModelInfoLabels {
-  std::string name, kind;
-  int64_t embed_dim = 0, num_heads = 0, kdim = 0, vdim = 0;
-};
-
 class ServerMetrics {
  public:
   // Buckets, in seconds, shared by the latency, queue and compute histograms.
@@ -44,7 +41,7 @@ class ServerMetrics {
 
   // `models` in the order of their index; index models.size() is "-"
   // (inline weights or none).
-  explicit ServerMetrics(std::vector<ModelInfoLabels> models);
+  explicit ServerMetrics(std::vector<ModelInfo> models);
   ~ServerMetrics();
   ServerMetrics(const ServerMetrics&) = delete;
   ServerMetrics& operator=(const ServerMetrics&) = delete;
@@ -65,7 +62,7 @@ class ServerMetrics {
   struct Shard;
   Shard& LocalShard();
 
-  std::vector<ModelInfoLabels> models_;
+  std::vector<ModelInfo> models_;
   static constexpr int kNumShards = 16;
   std::unique_ptr<Shard> shards_[kNumShards];
   const double start_time_s_;

@@ -8,9 +8,9 @@
 namespace {
 
 attn::server::ServerMetrics& Metrics() {
-  static auto* m =
-      new attn::server::ServerMetrics({{"demo-attention", "attention", 64, 1, 64, 64},
-                                       {"demo-mha-small", "multi_head_attention", 64, 4, 64, 64}});
+  static auto* m = new attn::server::ServerMetrics(
+      {{"demo-attention", attn::ModelKind::kAttention, 64, 1, 64, 64},
+       {"demo-mha-small", attn::ModelKind::kMultiHeadAttention, 64, 4, 64, 64}});
   return *m;
 }
 
