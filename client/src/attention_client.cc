@@ -40,9 +40,7 @@ class BearerTokenFactory final : public grpc::experimental::ClientInterceptorFac
 };
 
 StatusOr<std::shared_ptr<grpc::ChannelCredentials>> Credentials(const ChannelOptions& o) {
-  if (!o.tls && o.tls_ca.empty() && o.tls_cert.empty() && o.tls_key.empty()) {
-    return grpc::InsecureChannelCredentials();
-  }
+  if (!o.UsesTls()) return grpc::InsecureChannelCredentials();
   if (o.tls_cert.empty() != o.tls_key.empty()) {
     return Status::InvalidArgument("--tls-cert and --tls-key go together");
   }

@@ -27,6 +27,8 @@ struct ChannelOptions {
   std::string tls_ca, tls_cert, tls_key;
   // Sent as `authorization: Bearer <token>` on every call (not logged).
   std::string token;
+
+  bool UsesTls() const { return tls || !tls_ca.empty() || !tls_cert.empty() || !tls_key.empty(); }
 };
 
 // The channel arguments for `options`.

@@ -832,9 +832,8 @@ std::string ReportToJson(const BenchReport& r) {
     << ", \"connections\": " << c.connections << ", \"requests\": " << c.requests
     << ", \"duration_s\": " << Num(c.duration_s) << ", \"rps\": " << Num(c.rps)
     << ", \"warmup_s\": " << Num(c.warmup_s) << ", \"timeout_s\": " << Num(c.timeout_s)
-    << ", \"retry\": " << (c.channel.retry_unavailable ? "true" : "false") << ", \"tls\": "
-    << (c.channel.tls || !c.channel.tls_ca.empty() || !c.channel.tls_cert.empty() ? "true"
-                                                                                  : "false")
+    << ", \"retry\": " << (c.channel.retry_unavailable ? "true" : "false")
+    << ", \"tls\": " << (c.channel.UsesTls() ? "true" : "false")
     << ", \"token\": " << (c.channel.token.empty() ? "false" : "true")
     << ", \"verify\": " << (c.verify ? "true" : "false") << "},\n  \"levels\": [";
   for (size_t i = 0; i < r.levels.size(); ++i) {
