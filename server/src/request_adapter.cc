@@ -147,17 +147,22 @@ Status DecodeMasksAndProjections(const Request& req, const ModelRegistry& models
                             call, proj);
 }
 
+Status CheckResponseBytes(double bytes, const RequestLimits& l) {
+  if (bytes > static_cast<double>(l.max_message_bytes)) {
+    return Status::ResourceExhausted(
+        "response: " + Num(bytes) + " bytes would exceed the message limit of " +
+        std::to_string(l.max_message_bytes) + " bytes (--max-message-mb)");
+  }
+  return Status::Ok();
+}
+
 Status CheckLimits(const AttentionCost& c, const RequestLimits& l) {
   if (c.work > l.max_attention_work) {
     return Status::ResourceExhausted("request: attention work B*H*Lq*Lk*D = " + Num(c.work) +
                                      " exceeds the limit of " + Num(l.max_attention_work) +
                                      " (--max-attention-work)");
   }
-  if (c.result_bytes > static_cast<double>(l.max_message_bytes)) {
-    return Status::ResourceExhausted(
-        "response: " + Num(c.result_bytes) + " bytes would exceed the message limit of " +
-        std::to_string(l.max_message_bytes) + " bytes (--max-message-mb)");
-  }
+  ATTN_RETURN_IF_ERROR(CheckResponseBytes(c.result_bytes, l));
   if (c.result_bytes + c.scratch_bytes > static_cast<double>(l.max_request_memory_bytes)) {
     return Status::ResourceExhausted(
         "request: needs " + Num((c.result_bytes + c.scratch_bytes) / (1 << 20)) +
@@ -304,11 +309,7 @@ Status EncodeResponse(const AttentionResult& result, Encoding encoding, const Re
                       attention::v1::AttentionResponse* resp) {
   const double bytes = 4.0 * static_cast<double>(result.output.numel() +
                                                  (result.weights ? result.weights->numel() : 0));
-  if (bytes > static_cast<double>(limits.max_message_bytes)) {
-    return Status::ResourceExhausted(
-        "response: " + Num(bytes) + " bytes would exceed the message limit of " +
-        std::to_string(limits.max_message_bytes) + " bytes (--max-message-mb)");
-  }
+  ATTN_RETURN_IF_ERROR(CheckResponseBytes(bytes, limits));
   EncodeTensor(result.output, encoding, resp->mutable_output());
   if (result.weights) EncodeTensor(*result.weights, encoding, resp->mutable_weights());
   return Status::Ok();
