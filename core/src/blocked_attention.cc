@@ -113,7 +113,6 @@ class BlockedAttention {
   // The online path: walk key blocks, keep a running max and sum per row.
   Status RunOnline(const Block& blk, const float* q, float* out, Workspace& ws,
                    const std::atomic<bool>* cancelled) const {
-    ThreadExecution& exec = ThreadExecution::Get();
     const int64_t qn = blk.qn, q0 = blk.q0, d = p_.d, dv = p_.dv;
     const int64_t k_end = p_.causal ? std::min(p_.lk, q0 + qn) : p_.lk;
     const int64_t nkb = (k_end + kBlockK - 1) / kBlockK;
@@ -137,8 +136,7 @@ class BlockedAttention {
           DenseRows(Row(p_.v, blk.b, blk.h, k0), kn, dv, p_.v.stride[2], p_.v.stride[3], ws.vp);
 
       // S = Q K^T; K^T is a transposed format tag on the dense K block.
-      auto qk = GetMatmul({qn, kn, d, d, d, kn, /*b_transposed=*/true, false, false, 1});
-      RunMatmul(*qk, exec.Stream(), q, k, s, nullptr, exec.Scratch(qk->scratchpad));
+      Matmul({qn, kn, d, d, d, kn, /*b_transposed=*/true, false, false, 1}, q, k, s);
 
       for (int64_t i = 0; i < qn; ++i) {
         float* row = s + i * kn;
@@ -171,8 +169,7 @@ class BlockedAttention {
           if (alpha[i] != 1.0f) kern_.scale(o + i * dv, dv, alpha[i]);
         }
       }
-      auto pv = GetMatmul({qn, dv, kn, kn, dv, dv, false, false, accumulate, 1});
-      RunMatmul(*pv, exec.Stream(), s, v, o, nullptr, exec.Scratch(pv->scratchpad));
+      Matmul({qn, dv, kn, kn, dv, dv, false, false, accumulate, 1}, s, v, o);
     }
 
     // Normalise. A fully masked row has l == 0 and gets zeros; a NaN sum stays NaN.
@@ -193,15 +190,13 @@ class BlockedAttention {
   // masks, the oneDNN softmax primitive in place, then O = P V. The rows are
   // dense (ld = Lk), which keeps oneDNN on its brgemm and jit kernels.
   Status RunExact(const Block& blk, const float* q, float* out, Workspace& ws) const {
-    ThreadExecution& exec = ThreadExecution::Get();
     const int64_t qn = blk.qn, q0 = blk.q0, lk = p_.lk, d = p_.d, dv = p_.dv;
     float* w = p_.weights + ((blk.b * p_.heads + blk.h) * p_.lq + q0) * lk;
     const float* k =
         DenseRows(Row(p_.k, blk.b, blk.h, 0), lk, d, p_.k.stride[2], p_.k.stride[3], ws.kp);
     const float* v =
         DenseRows(Row(p_.v, blk.b, blk.h, 0), lk, dv, p_.v.stride[2], p_.v.stride[3], ws.vp);
-    auto qk = GetMatmul({qn, lk, d, d, d, lk, /*b_transposed=*/true, false, false, 1});
-    RunMatmul(*qk, exec.Stream(), q, k, w, nullptr, exec.Scratch(qk->scratchpad));
+    Matmul({qn, lk, d, d, d, lk, /*b_transposed=*/true, false, false, 1}, q, k, w);
 
     float* row_max = Workspace::Ensure(ws.m, qn);
     for (int64_t i = 0; i < qn; ++i) {
@@ -210,16 +205,14 @@ class BlockedAttention {
       if (p_.causal && q0 + i + 1 < lk) std::fill(row + q0 + i + 1, row + lk, kNegInf);
       row_max[i] = kern_.scaled_max(row, lk, 1.0f);
     }
-    auto softmax = GetSoftmax({qn, lk, 1});
-    RunSoftmax(*softmax, exec.Stream(), w, exec.Scratch(softmax->scratchpad));
+    Softmax({qn, lk, 1}, w);
     // oneDNN gives NaN (0/0) for a row of -inf; such a row is fully masked.
     for (int64_t i = 0; i < qn; ++i) {
       if (row_max[i] == kNegInf) std::fill(w + i * lk, w + (i + 1) * lk, 0.0f);
     }
 
     float* o = Workspace::Ensure(ws.o, qn * dv);
-    auto pv = GetMatmul({qn, dv, lk, lk, dv, dv, false, false, false, 1});
-    RunMatmul(*pv, exec.Stream(), w, v, o, nullptr, exec.Scratch(pv->scratchpad));
+    Matmul({qn, dv, lk, lk, dv, dv, false, false, false, 1}, w, v, o);
     for (int64_t i = 0; i < qn; ++i) {
       std::memcpy(out + i * p_.out_stride[2], o + i * dv, static_cast<size_t>(dv) * sizeof(float));
     }

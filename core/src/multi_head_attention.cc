@@ -50,10 +50,9 @@ void RunLinear(const float* x, int64_t m, int64_t in, int64_t ldx, const float* 
       2.0 * static_cast<double>(m) * static_cast<double>(in) * static_cast<double>(out);
   const int threads = flops < internal::kSerialFlops ? 1 : max_threads;
   internal::ScopedOmpThreads scope(threads);
-  auto prim = internal::GetMatmul(
-      {m, out, in, ldx, ldw, ldy, /*b_transposed=*/true, bias != nullptr, false, threads});
-  auto& exec = internal::ThreadExecution::Get();
-  internal::RunMatmul(*prim, exec.Stream(), x, weight, y, bias, exec.Scratch(prim->scratchpad));
+  internal::Matmul(
+      {m, out, in, ldx, ldw, ldy, /*b_transposed=*/true, bias != nullptr, false, threads}, x,
+      weight, y, bias);
 }
 
 // A [B, L, E] (or [L, E]) input as rows of a matrix: returns the row pointer

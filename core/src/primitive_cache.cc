@@ -1,10 +1,12 @@
 #include "primitive_cache.h"
 
+#include <algorithm>
 #include <functional>
 #include <list>
 #include <mutex>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 namespace attn::internal {
 namespace {
@@ -20,7 +22,10 @@ void HashMix(size_t* h, int64_t v) {
 struct ShapeHash {
   size_t operator()(const MatmulShape& s) const {
     size_t h = 0;
-    for (int64_t v : {s.m, s.n, s.k, s.lda, s.ldb, s.ldc, int64_t{s.threads}}) HashMix(&h, v);
+    for (int64_t v : {s.m, s.n, s.k, s.lda, s.ldb, s.ldc, int64_t{s.threads}, s.batch,
+                      s.a_batch_stride, s.b_batch_stride, s.c_batch_stride}) {
+      HashMix(&h, v);
+    }
     HashMix(&h, (s.b_transposed ? 1 : 0) | (s.has_bias ? 2 : 0) | (s.accumulate ? 4 : 0));
     return h;
   }
@@ -35,11 +40,22 @@ std::shared_ptr<const MatmulPrimitive> CreateMatmul(const MatmulShape& s) {
   using dt = dnnl::memory::data_type;
   using dims = dnnl::memory::dims;
   auto p = std::make_shared<MatmulPrimitive>();
-  p->a = dnnl::memory::desc(dims{s.m, s.k}, dt::f32, dims{s.lda, 1});
-  p->b = s.b_transposed ? dnnl::memory::desc(dims{s.k, s.n}, dt::f32, dims{1, s.ldb})
-                        : dnnl::memory::desc(dims{s.k, s.n}, dt::f32, dims{s.ldb, 1});
-  p->c = dnnl::memory::desc(dims{s.m, s.n}, dt::f32, dims{s.ldc, 1});
-  if (s.has_bias) p->bias = dnnl::memory::desc(dims{1, s.n}, dt::f32, dims{s.n, 1});
+  // [batch,] rows, cols with the given strides; the batch dim only when batched.
+  auto desc = [&s](int64_t rows, int64_t cols, int64_t batch_stride, int64_t row_stride,
+                   int64_t col_stride) {
+    if (s.batch == 1)
+      return dnnl::memory::desc(dims{rows, cols}, dt::f32, dims{row_stride, col_stride});
+    return dnnl::memory::desc(dims{s.batch, rows, cols}, dt::f32,
+                              dims{batch_stride, row_stride, col_stride});
+  };
+  p->a = desc(s.m, s.k, s.a_batch_stride, s.lda, 1);
+  p->b = s.b_transposed ? desc(s.k, s.n, s.b_batch_stride, 1, s.ldb)
+                        : desc(s.k, s.n, s.b_batch_stride, s.ldb, 1);
+  p->c = desc(s.m, s.n, s.c_batch_stride, s.ldc, 1);
+  if (s.has_bias) {
+    p->bias = s.batch == 1 ? dnnl::memory::desc(dims{1, s.n}, dt::f32, dims{s.n, 1})
+                           : dnnl::memory::desc(dims{1, 1, s.n}, dt::f32, dims{s.n, s.n, 1});
+  }
 
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -49,9 +65,9 @@ std::shared_ptr<const MatmulPrimitive> CreateMatmul(const MatmulShape& s) {
     attr.set_post_ops(ops);
   }
   ScopedOmpThreads threads(s.threads);
-  auto desc = s.has_bias ? dnnl::matmul::desc(p->a, p->b, p->bias, p->c)
-                         : dnnl::matmul::desc(p->a, p->b, p->c);
-  dnnl::matmul::primitive_desc pd(desc, attr, CpuEngine());
+  auto md = s.has_bias ? dnnl::matmul::desc(p->a, p->b, p->bias, p->c)
+                       : dnnl::matmul::desc(p->a, p->b, p->c);
+  dnnl::matmul::primitive_desc pd(md, attr, CpuEngine());
   p->scratchpad = pd.scratchpad_desc();
   p->impl = pd.impl_info_str();
   p->primitive = dnnl::matmul(pd);
@@ -122,28 +138,13 @@ auto& Softmaxes() {
 bool MatmulShape::operator==(const MatmulShape& o) const {
   return m == o.m && n == o.n && k == o.k && lda == o.lda && ldb == o.ldb && ldc == o.ldc &&
          b_transposed == o.b_transposed && has_bias == o.has_bias && accumulate == o.accumulate &&
-         threads == o.threads;
+         threads == o.threads && batch == o.batch && a_batch_stride == o.a_batch_stride &&
+         b_batch_stride == o.b_batch_stride && c_batch_stride == o.c_batch_stride;
 }
 
 dnnl::engine& CpuEngine() {
   static auto* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
   return *engine;
-}
-
-ThreadExecution& ThreadExecution::Get() {
-  thread_local ThreadExecution execution;
-  return execution;
-}
-
-void* ThreadExecution::Scratch(const dnnl::memory::desc& scratchpad) {
-  const size_t floats = (scratchpad.get_size() + sizeof(float) - 1) / sizeof(float) + 1;
-  if (scratch_.size() < floats) scratch_.resize(floats);
-  return scratch_.data();
-}
-
-dnnl::stream& ThreadExecution::Stream() {
-  if (!stream_) stream_ = std::make_unique<dnnl::stream>(CpuEngine());
-  return *stream_;
 }
 
 bool SoftmaxShape::operator==(const SoftmaxShape& o) const {
@@ -158,34 +159,125 @@ std::shared_ptr<const SoftmaxPrimitive> GetSoftmax(const SoftmaxShape& shape) {
   return Softmaxes().Get(shape);
 }
 
-void RunSoftmax(const SoftmaxPrimitive& p, dnnl::stream& stream, float* data, void* scratchpad) {
-  auto& eng = CpuEngine();
-  dnnl::memory m(p.data, eng, data);
-  dnnl::memory ms(p.scratchpad, eng, scratchpad);
-  p.primitive.execute(stream, {{DNNL_ARG_SRC, m}, {DNNL_ARG_DST, m}, {DNNL_ARG_SCRATCHPAD, ms}});
+namespace {
+
+// Primitives a thread keeps bound; the blocked kernel uses a handful of block
+// shapes per request shape, so this covers several request shapes at once.
+constexpr size_t kBoundPerThread = 16;
+
+struct BoundMatmul {
+  MatmulShape shape;
+  std::shared_ptr<const MatmulPrimitive> prim;  // keeps the primitive alive past eviction
+  dnnl::memory a, b, c, bias, scratchpad;
+};
+
+struct BoundSoftmax {
+  SoftmaxShape shape;
+  std::shared_ptr<const SoftmaxPrimitive> prim;
+  dnnl::memory data, scratchpad;
+};
+
+// The calling thread's oneDNN state: a stream, a scratchpad buffer that grows
+// to the largest primitive run here (every primitive has a user scratchpad),
+// and the most recently used primitives, most recent first.
+class ThreadExecution {
+ public:
+  static ThreadExecution& Get() {
+    thread_local ThreadExecution execution;
+    return execution;
+  }
+
+  dnnl_stream_t Stream() {
+    if (!stream_) stream_ = std::make_unique<dnnl::stream>(CpuEngine());
+    return stream_->get();
+  }
+
+  void* Scratch(const dnnl::memory::desc& scratchpad) {
+    const size_t floats = (scratchpad.get_size() + sizeof(float) - 1) / sizeof(float) + 1;
+    if (scratch_.size() < floats) scratch_.resize(floats);
+    return scratch_.data();
+  }
+
+  // The bound entry for `shape`, moved to the front; `bind` makes one on a miss.
+  template <typename Bound, typename Shape, typename Bind>
+  static Bound& Find(std::vector<Bound>& bound, const Shape& shape, Bind bind) {
+    for (size_t i = 0; i < bound.size(); ++i) {
+      if (bound[i].shape == shape) {
+        if (i > 0) std::rotate(bound.begin(), bound.begin() + i, bound.begin() + i + 1);
+        return bound.front();
+      }
+    }
+    if (bound.size() >= kBoundPerThread) bound.pop_back();
+    bound.insert(bound.begin(), bind());
+    return bound.front();
+  }
+
+  std::vector<BoundMatmul> matmuls;
+  std::vector<BoundSoftmax> softmaxes;
+
+ private:
+  FloatBuffer scratch_;
+  std::unique_ptr<dnnl::stream> stream_;
+};
+
+void SetHandle(const dnnl::memory& m, const void* data) {
+  // oneDNN takes non-const handles; it only reads inputs.
+  m.set_data_handle(const_cast<void*>(data));
 }
 
-void RunMatmul(const MatmulPrimitive& p, dnnl::stream& stream, const float* a, const float* b,
-               float* c, const float* bias, void* scratchpad) {
-  auto& eng = CpuEngine();
-  // oneDNN takes non-const handles; it only reads a, b and bias.
-  dnnl::memory ma(p.a, eng, const_cast<float*>(a));
-  dnnl::memory mb(p.b, eng, const_cast<float*>(b));
-  dnnl::memory mc(p.c, eng, c);
-  dnnl::memory ms(p.scratchpad, eng, scratchpad);
-  if (bias != nullptr) {
-    dnnl::memory mbias(p.bias, eng, const_cast<float*>(bias));
-    p.primitive.execute(stream, {{DNNL_ARG_SRC, ma},
-                                 {DNNL_ARG_WEIGHTS, mb},
-                                 {DNNL_ARG_BIAS, mbias},
-                                 {DNNL_ARG_DST, mc},
-                                 {DNNL_ARG_SCRATCHPAD, ms}});
-  } else {
-    p.primitive.execute(stream, {{DNNL_ARG_SRC, ma},
-                                 {DNNL_ARG_WEIGHTS, mb},
-                                 {DNNL_ARG_DST, mc},
-                                 {DNNL_ARG_SCRATCHPAD, ms}});
+void Execute(const dnnl::primitive& p, dnnl_stream_t stream, int nargs,
+             const dnnl_exec_arg_t* args) {
+  dnnl::error::wrap_c_api(dnnl_primitive_execute(p.get(), stream, nargs, args),
+                          "could not execute a primitive");
+}
+
+}  // namespace
+
+void Matmul(const MatmulShape& shape, const float* a, const float* b, float* c, const float* bias) {
+  ThreadExecution& exec = ThreadExecution::Get();
+  BoundMatmul& m = ThreadExecution::Find(exec.matmuls, shape, [&shape] {
+    BoundMatmul bound{shape, GetMatmul(shape), {}, {}, {}, {}, {}};
+    auto& eng = CpuEngine();
+    const MatmulPrimitive& p = *bound.prim;
+    bound.a = dnnl::memory(p.a, eng, DNNL_MEMORY_NONE);
+    bound.b = dnnl::memory(p.b, eng, DNNL_MEMORY_NONE);
+    bound.c = dnnl::memory(p.c, eng, DNNL_MEMORY_NONE);
+    if (shape.has_bias) bound.bias = dnnl::memory(p.bias, eng, DNNL_MEMORY_NONE);
+    bound.scratchpad = dnnl::memory(p.scratchpad, eng, DNNL_MEMORY_NONE);
+    return bound;
+  });
+  SetHandle(m.a, a);
+  SetHandle(m.b, b);
+  SetHandle(m.c, c);
+  SetHandle(m.scratchpad, exec.Scratch(m.prim->scratchpad));
+  dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, m.a.get()},
+                             {DNNL_ARG_WEIGHTS, m.b.get()},
+                             {DNNL_ARG_DST, m.c.get()},
+                             {DNNL_ARG_SCRATCHPAD, m.scratchpad.get()},
+                             {DNNL_ARG_BIAS, nullptr}};
+  int nargs = 4;
+  if (shape.has_bias) {
+    SetHandle(m.bias, bias);
+    args[nargs++].memory = m.bias.get();
   }
+  Execute(m.prim->primitive, exec.Stream(), nargs, args);
+}
+
+void Softmax(const SoftmaxShape& shape, float* data) {
+  ThreadExecution& exec = ThreadExecution::Get();
+  BoundSoftmax& s = ThreadExecution::Find(exec.softmaxes, shape, [&shape] {
+    BoundSoftmax bound{shape, GetSoftmax(shape), {}, {}};
+    auto& eng = CpuEngine();
+    bound.data = dnnl::memory(bound.prim->data, eng, DNNL_MEMORY_NONE);
+    bound.scratchpad = dnnl::memory(bound.prim->scratchpad, eng, DNNL_MEMORY_NONE);
+    return bound;
+  });
+  SetHandle(s.data, data);
+  SetHandle(s.scratchpad, exec.Scratch(s.prim->scratchpad));
+  const dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, s.data.get()},
+                                   {DNNL_ARG_DST, s.data.get()},
+                                   {DNNL_ARG_SCRATCHPAD, s.scratchpad.get()}};
+  Execute(s.prim->primitive, exec.Stream(), 3, args);
 }
 
 }  // namespace attn::internal

@@ -34,6 +34,10 @@ struct MatmulShape {
   bool has_bias = false;
   bool accumulate = false;
   int threads = 1;
+  // A batched matmul: `batch` independent products, the i-th reading A at
+  // a + i * a_batch_stride (likewise B and C). 1 for a plain matmul.
+  int64_t batch = 1;
+  int64_t a_batch_stride = 0, b_batch_stride = 0, c_batch_stride = 0;
 
   bool operator==(const MatmulShape& o) const;
 };
@@ -48,9 +52,13 @@ struct MatmulPrimitive {
 // is bounded (least recently used entries are dropped). Thread-safe.
 std::shared_ptr<const MatmulPrimitive> GetMatmul(const MatmulShape& shape);
 
-// Executes `p` on `stream`. `scratchpad` holds p.scratchpad.get_size() bytes.
-void RunMatmul(const MatmulPrimitive& p, dnnl::stream& stream, const float* a, const float* b,
-               float* c, const float* bias, void* scratchpad);
+// Runs the primitive for `shape` on the calling thread: C = A B (+ bias)
+// (+ C). The thread keeps its most recently used primitives with their
+// dnnl::memory objects bound, so a call on a known shape takes no lock and
+// creates nothing: it sets four data handles and executes (through the C API,
+// which needs no argument map). oneDNN's own per-execute cost remains.
+void Matmul(const MatmulShape& shape, const float* a, const float* b, float* c,
+            const float* bias = nullptr);
 
 // Softmax over the last axis of a dense row-major [m, n] matrix, in place.
 // oneDNN 2.6 uses a jit kernel only for dense rows (strided rows get ref).
@@ -69,23 +77,9 @@ struct SoftmaxPrimitive {
 
 std::shared_ptr<const SoftmaxPrimitive> GetSoftmax(const SoftmaxShape& shape);
 
-// Rows of `data` become their softmax. A row of -inf gives NaN (as 0/0).
-void RunSoftmax(const SoftmaxPrimitive& p, dnnl::stream& stream, float* data, void* scratchpad);
-
-// The calling thread's oneDNN execution state: a stream, and a scratchpad
-// buffer that grows to the largest primitive run on this thread. Every
-// primitive runs with a user scratchpad from here.
-class ThreadExecution {
- public:
-  static ThreadExecution& Get();  // thread_local
-  // At least scratchpad.get_size() bytes.
-  void* Scratch(const dnnl::memory::desc& scratchpad);
-  dnnl::stream& Stream();
-
- private:
-  FloatBuffer scratch_;
-  std::unique_ptr<dnnl::stream> stream_;
-};
+// Rows of `data` become their softmax, on the calling thread. A row of -inf
+// gives NaN (as 0/0).
+void Softmax(const SoftmaxShape& shape, float* data);
 
 // Sets the calling thread's OpenMP team size for the scope, restoring it after.
 // oneDNN reads omp_get_max_threads() of the calling thread.
