@@ -84,6 +84,68 @@ class BlockedAttention {
 
   int64_t num_tasks() const { return nbh_ * nqb_; }
 
+  // Every head at once, for a problem that is one query block and one key
+  // block per head and too small for more than one thread: S = Q K^T for all
+  // heads in one batched matmul, the softmax rows, then O = P V in another.
+  // Per-head blocks would pay oneDNN's per-execute cost 2 * B * H times over
+  // a few microseconds of math. Buffers are bounded by kSerialFlops.
+  Status RunAllHeads(Workspace& ws, const std::atomic<bool>* cancelled) const {
+    if (cancelled != nullptr && cancelled->load(std::memory_order_relaxed)) {
+      return Status::Cancelled("attention: cancelled");
+    }
+    const int64_t lq = p_.lq, lk = p_.lk, d = p_.d, dv = p_.dv;
+    const float* q = DenseHeads(p_.q, lq, d, ws.qp);
+    const float* k = DenseHeads(p_.k, lk, d, ws.kp);
+    const float* v = DenseHeads(p_.v, lk, dv, ws.vp);
+    // The weights are dense [B, H, Lq, Lk]: S goes straight into them.
+    float* s = p_.weights != nullptr ? p_.weights : Workspace::Ensure(ws.s, nbh_ * lq * lk);
+    MatmulShape qk{lq, lk, d, d, d, lk, /*b_transposed=*/true, false, false, 1};
+    qk.batch = nbh_, qk.a_batch_stride = lq * d, qk.b_batch_stride = lk * d;
+    qk.c_batch_stride = lq * lk;
+    Matmul(qk, q, k, s);
+
+    // Softmax rows, left unnormalised unless they are the returned weights;
+    // inv[r] is what row r of P V is then multiplied by.
+    float* inv = Workspace::Ensure(ws.l, nbh_ * lq);
+    const bool general_mask = p_.kpm != nullptr || p_.bias != nullptr;
+    for (int64_t r = 0; r < nbh_ * lq; ++r) {
+      const int64_t bh = r / lq, i = r % lq;
+      float* row = s + r * lk;
+      const int64_t valid = p_.causal ? std::min(i + 1, lk) : lk;
+      float row_scale = p_.scale;
+      if (general_mask) {
+        ApplyMasks(row, valid, bh / p_.heads, bh % p_.heads, i, 0);
+        row_scale = 1.0f;  // ApplyMasks has scaled the row
+      }
+      const float m = kern_.scaled_max(row, valid, row_scale);
+      if (m == kNegInf) {  // every key masked: P = 0 and the output row is 0
+        std::fill(row, row + lk, 0.0f);
+        inv[r] = 0.0f;
+        continue;
+      }
+      const float sum = kern_.exp_sum(row, valid, row_scale, m);  // NaN stays NaN
+      std::fill(row + valid, row + lk, 0.0f);
+      inv[r] = 1.0f / sum;
+      if (p_.weights != nullptr) {
+        kern_.scale(row, lk, inv[r]);
+        inv[r] = 1.0f;
+      }
+    }
+
+    float* o = Workspace::Ensure(ws.o, nbh_ * lq * dv);
+    MatmulShape pv{lq, dv, lk, lk, dv, dv, false, false, false, 1};
+    pv.batch = nbh_, pv.a_batch_stride = lq * lk, pv.b_batch_stride = lk * dv;
+    pv.c_batch_stride = lq * dv;
+    Matmul(pv, s, v, o);
+    for (int64_t r = 0; r < nbh_ * lq; ++r) {
+      const int64_t bh = r / lq, i = r % lq;
+      float* dst = p_.out + (bh / p_.heads) * p_.out_stride[0] +
+                   (bh % p_.heads) * p_.out_stride[1] + i * p_.out_stride[2];
+      for (int64_t c = 0; c < dv; ++c) dst[c] = o[r * dv + c] * inv[r];
+    }
+    return Status::Ok();
+  }
+
   // Runs task t. Largest query blocks come first (t = 0 is the last block),
   // which balances causal work under dynamic scheduling.
   Status RunTask(int64_t t, Workspace& ws, const std::atomic<bool>* cancelled) const {
@@ -108,6 +170,30 @@ class BlockedAttention {
 
   static const float* Row(const Strided4D& t, int64_t b, int64_t h, int64_t i) {
     return t.data + b * t.stride[0] + h * t.stride[1] + i * t.stride[2];
+  }
+
+  // All heads of `t` ([B, H, rows, cols]) as dense [B * H, rows, cols]:
+  // the tensor itself when it is laid out so, else a copy in `buf`.
+  const float* DenseHeads(const Strided4D& t, int64_t rows, int64_t cols, FloatBuffer& buf) const {
+    const int64_t plane = rows * cols;
+    const bool dense = t.stride[3] == 1 && (rows == 1 || t.stride[2] == cols) &&
+                       (p_.heads == 1 || t.stride[1] == plane) &&
+                       (p_.batch == 1 || t.stride[0] == p_.heads * plane);
+    if (dense) return t.data;
+    float* dst = Workspace::Ensure(buf, nbh_ * plane);
+    for (int64_t bh = 0; bh < nbh_; ++bh) {
+      const float* head = Row(t, bh / p_.heads, bh % p_.heads, 0);
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* src = head + r * t.stride[2];
+        float* out = dst + bh * plane + r * cols;
+        if (t.stride[3] == 1) {
+          std::memcpy(out, src, static_cast<size_t>(cols) * sizeof(float));
+        } else {
+          for (int64_t c = 0; c < cols; ++c) out[c] = src[c * t.stride[3]];
+        }
+      }
+    }
+    return dst;
   }
 
   // The online path: walk key blocks, keep a running max and sum per row.
@@ -266,6 +352,15 @@ Status RunBlockedAttention(const AttentionProblem& p, const std::atomic<bool>* c
   while (block_q > kMinBlockQ &&
          p.batch * p.heads * ((p.lq + block_q - 1) / block_q) < int64_t{2} * threads) {
     block_q /= 2;
+  }
+  if (flops < kSerialFlops && p.batch * p.heads > 1 && p.lq <= kBlockQ && p.lk <= kBlockK) {
+    try {
+      return BlockedAttention(p, p.lq).RunAllHeads(ThreadWorkspace(), cancelled);
+    } catch (const dnnl::error& e) {
+      return Status::Internal(std::string("attention: oneDNN error: ") + e.what());
+    } catch (const std::exception& e) {
+      return Status::Internal(std::string("attention: ") + e.what());
+    }
   }
   BlockedAttention attention(p, block_q);
   const int64_t tasks = attention.num_tasks();
