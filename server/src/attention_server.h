@@ -37,6 +37,9 @@ class AttentionServer {
   int metrics_port() const { return metrics_http_ ? metrics_http_->port() : -1; }
   // Reads --auth-token-file again (SIGHUP). On error the old tokens stay.
   Status ReloadTokens();
+  // Calls that arrived so far, and those not yet answered (see the service).
+  int64_t calls_arrived() const { return service_->calls_arrived(); }
+  int calls_unanswered() const { return service_->calls_in_flight(); }
   // Calls dropped unanswered because their client gave up while they waited.
   int64_t calls_skipped() const { return service_->calls_skipped(); }
   // A channel to this server that bypasses the network.

@@ -123,6 +123,7 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Handle(Rpc rpc, grpc::CallbackSe
                                                        Prepare prepare) {
   // Counted from here until Done(), rejected calls included.
   const int in_flight = in_flight_.fetch_add(1, std::memory_order_relaxed) + 1;
+  arrived_.fetch_add(1, std::memory_order_relaxed);
   auto* reactor = new CallReactor(
       this, rpc, ctx, options_.metrics != nullptr ? static_cast<int64_t>(req->ByteSizeLong()) : 0);
   Status st = Authenticate(ctx);

@@ -62,6 +62,8 @@ class AttentionServiceImpl final : public attention::v1::AttentionService::Callb
   int64_t calls_skipped() const { return skipped_.load(); }
   // Calls from arrival until their answer is handed to gRPC.
   int calls_in_flight() const { return in_flight_.load(std::memory_order_relaxed); }
+  // Calls that ever arrived (ListModels aside).
+  int64_t calls_arrived() const { return arrived_.load(std::memory_order_relaxed); }
 
  private:
   friend class CallReactor;
@@ -80,6 +82,7 @@ class AttentionServiceImpl final : public attention::v1::AttentionService::Callb
   const ServiceOptions options_;
   std::atomic<int64_t> skipped_{0};
   std::atomic<int> in_flight_{0};
+  std::atomic<int64_t> arrived_{0};
 };
 
 }  // namespace attn::server
