@@ -84,8 +84,9 @@ struct MhaFixture {
     if (c.out) pw.out = lin(wo, c.bias ? bo.data() : nullptr, c.eo, c.ev);
   }
 
-  StatusOr<AttentionResult> Run() const {
+  StatusOr<AttentionResult> Run(OutputAllocator output_allocator = {}) const {
     MultiHeadAttentionOptions opt;
+    opt.output_allocator = std::move(output_allocator);
     opt.num_heads = c.heads;
     opt.masks.causal = c.causal;
     if (c.kpm) opt.masks.key_padding_mask = TensorView::DenseBool(kpm.data(), {c.b, c.lk});
@@ -213,6 +214,45 @@ TEST(Mha, UnbatchedMatchesBatchOfOne) {
   EXPECT_EQ(r->weights->shape, (Shape{6, 8}));
   EXPECT_EQ(r->output.data, batched->output.data);
   EXPECT_EQ(r->weights->data, batched->weights->data);
+}
+
+TEST(Mha, OutputAllocatorReceivesTheOutput) {
+  // b, lq, lk, eq, ek, ev_in, e, ev, eo, heads; with and without out_proj, small
+  // (all heads batched) and large enough for the blocked kernel.
+  for (const MhaConfig& c : {MhaConfig{2, 5, 7, 16, 12, 10, 16, 16, 8, 4, true, true, false, true,
+                                       true, false, true, true},
+                             MhaConfig{2, 5, 7, 16, 12, 10, 16, 16, 16, 4, true, false, false,
+                                       false, false, false, false, false},
+                             MhaConfig{1, 300, 300, 64, 64, 64, 64, 64, 64, 2, false, false, true,
+                                       false, false, false, false, false}}) {
+    MhaFixture f(c);
+    auto owned = f.Run();
+    ASSERT_TRUE(owned.ok()) << owned.status().ToString();
+    std::vector<float> buffer;
+    Shape asked;
+    int calls = 0;
+    auto r = f.Run([&](const Shape& shape) {
+      ++calls;
+      asked = shape;
+      int64_t n = 1;
+      for (int64_t d : shape) n *= d;
+      buffer.assign(static_cast<size_t>(n), std::nanf(""));
+      return buffer.data();
+    });
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(calls, 1);
+    EXPECT_EQ(asked, owned->output.shape);
+    EXPECT_EQ(r->output.shape, owned->output.shape);
+    EXPECT_TRUE(r->output.data.empty());  // the values are in `buffer`
+    EXPECT_EQ(std::vector<float>(owned->output.data.begin(), owned->output.data.end()), buffer);
+    if (c.weights) {
+      EXPECT_EQ(r->weights->data, owned->weights->data);
+    }
+
+    auto fallback = f.Run([](const Shape&) -> float* { return nullptr; });  // core allocates
+    ASSERT_TRUE(fallback.ok());
+    EXPECT_EQ(fallback->output.data, owned->output.data);
+  }
 }
 
 TEST(MhaCost, EstimateCountsProjectionsAttentionAndBuffers) {

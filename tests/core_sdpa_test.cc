@@ -337,6 +337,34 @@ TEST(Sdpa, ThreadCountDoesNotChangeResults) {
   EXPECT_TRUE(AllClose(two->output.data.data(), want, 1e-6, 1.0));
 }
 
+TEST(Sdpa, OutputAllocatorReceivesTheOutput) {
+  std::mt19937 rng(6);
+  const int64_t b = 2, h = 3, lq = 9, lk = 11, d = 8, dv = 5;
+  auto q = RandomFloats(b * h * lq * d, rng), k = RandomFloats(b * h * lk * d, rng),
+       v = RandomFloats(b * h * lk * dv, rng);
+  const TensorView qv = TensorView::Dense(q.data(), {b, h, lq, d}),
+                   kv = TensorView::Dense(k.data(), {b, h, lk, d}),
+                   vv = TensorView::Dense(v.data(), {b, h, lk, dv});
+  ScaledDotProductAttentionOptions opt;
+  opt.masks.causal = true;
+  opt.need_weights = true;
+  auto owned = ScaledDotProductAttention(qv, kv, vv, opt);
+  ASSERT_TRUE(owned.ok());
+  std::vector<float> buffer(static_cast<size_t>(b * h * lq * dv), std::nanf(""));
+  Shape asked;
+  opt.output_allocator = [&](const Shape& shape) {
+    asked = shape;
+    return buffer.data();
+  };
+  auto r = ScaledDotProductAttention(qv, kv, vv, opt);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(asked, (Shape{b, h, lq, dv}));
+  EXPECT_EQ(r->output.shape, asked);
+  EXPECT_TRUE(r->output.data.empty());
+  EXPECT_EQ(buffer, std::vector<float>(owned->output.data.begin(), owned->output.data.end()));
+  EXPECT_EQ(r->weights->data, owned->weights->data);  // the weights stay core's
+}
+
 TEST(Sdpa, CustomScaleAndLargeScoresStayStable) {
   // Scores in the hundreds: a naive exp overflows; the running max keeps it finite.
   std::mt19937 rng(11);

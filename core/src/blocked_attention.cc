@@ -416,6 +416,16 @@ Status ValidateFloatView(const TensorView& view, const std::string& name, int mi
   return Status::Ok();
 }
 
+float* OutputStorage(const OutputAllocator& allocate, const Shape& shape, Tensor* output) {
+  output->shape = shape;
+  output->data.clear();
+  if (allocate) {
+    if (float* storage = allocate(shape)) return storage;
+  }
+  *output = Tensor::Uninitialized(shape);
+  return output->data.data();
+}
+
 StatusOr<float> ResolveScale(const std::optional<float>& scale, int64_t dim) {
   if (scale.has_value()) {
     if (!std::isfinite(*scale)) {

@@ -49,6 +49,10 @@ Status ResolveMasks(const AttentionMasks& masks, bool unbatched, AttentionProble
 // Extra memory is O(block sizes), independent of Lq and Lk. Throws nothing.
 Status RunBlockedAttention(const AttentionProblem& problem, const std::atomic<bool>* cancelled);
 
+// Storage for an output of `shape`: the caller's, from `allocate` (then
+// `output` gets only the shape), or `output`'s own data.
+float* OutputStorage(const OutputAllocator& allocate, const Shape& shape, Tensor* output);
+
 // Checks that `scale`, when given, is finite, and returns it or 1/sqrt(dim).
 StatusOr<float> ResolveScale(const std::optional<float>& scale, int64_t dim);
 

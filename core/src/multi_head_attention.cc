@@ -250,9 +250,17 @@ StatusOr<AttentionResult> Mha(const ProjectionWeights& w, const TensorView& quer
     p.v = {projected_v.data.data(), {lk * ev, dvh, ev, 1}};
   }
 
-  // Attention, written as [B, Lq, H, Dvh] = [B * Lq, Ev].
-  Tensor attended = Tensor::Uninitialized({batch * lq, ev});
-  p.out = attended.data.data();
+  // Attention, written as [B, Lq, H, Dvh] = [B * Lq, Ev]: without an output
+  // projection, that is the output.
+  AttentionResult result;
+  const Shape out_shape = unbatched ? Shape{lq, eo} : Shape{batch, lq, eo};
+  Tensor attended;
+  if (w.out.has_value()) {
+    attended = Tensor::Uninitialized({batch * lq, ev});
+    p.out = attended.data.data();
+  } else {
+    p.out = internal::OutputStorage(opt.output_allocator, out_shape, &result.output);
+  }
   p.out_stride[0] = lq * ev, p.out_stride[1] = dvh, p.out_stride[2] = ev;
   Tensor per_head;
   if (opt.need_weights) {
@@ -261,16 +269,12 @@ StatusOr<AttentionResult> Mha(const ProjectionWeights& w, const TensorView& quer
   }
   ATTN_RETURN_IF_ERROR(internal::RunBlockedAttention(p, opt.cancelled));
 
-  AttentionResult result;
   if (w.out.has_value()) {
-    result.output = Tensor::Uninitialized({batch * lq, eo});
+    float* out = internal::OutputStorage(opt.output_allocator, out_shape, &result.output);
     RunLinear(attended.data.data(), batch * lq, ev, ev, w.out->weight.f32(), eo,
-              w.out->weight.strides[0], w.out->bias ? w.out->bias->f32() : nullptr,
-              result.output.data.data(), eo, p.threads);
-  } else {
-    result.output = std::move(attended);
+              w.out->weight.strides[0], w.out->bias ? w.out->bias->f32() : nullptr, out, eo,
+              p.threads);
   }
-  result.output.shape = unbatched ? Shape{lq, eo} : Shape{batch, lq, eo};
 
   if (opt.need_weights) {
     if (opt.average_weights) {

@@ -98,8 +98,8 @@ StatusOr<AttentionResult> Sdpa(const TensorView& q, const TensorView& k, const T
   if (!plan.ok()) return plan.status();
   internal::AttentionProblem& p = plan->p;
   AttentionResult result;
-  result.output = Tensor::Uninitialized(plan->out_shape);  // the kernel writes every row
-  p.out = result.output.data.data();
+  // The kernel writes every row.
+  p.out = internal::OutputStorage(opt.output_allocator, plan->out_shape, &result.output);
   p.out_stride[0] = p.heads * p.lq * p.dv, p.out_stride[1] = p.lq * p.dv, p.out_stride[2] = p.dv;
   if (opt.need_weights) {
     result.weights = Tensor(plan->weights_shape);

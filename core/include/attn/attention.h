@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <optional>
 
 #include "attn/status.h"
@@ -37,9 +38,17 @@ struct AttentionCost {
 };
 
 struct AttentionResult {
-  Tensor output;                  // [.., Lq, Dv]
+  // [.., Lq, Dv]. With an OutputAllocator that gave storage, only the shape:
+  // the values are in the caller's buffer.
+  Tensor output;
   std::optional<Tensor> weights;  // [.., Lq, Lk], present when requested
 };
+
+// Lets the caller choose where the output goes (a server: straight into its
+// response message, instead of a copy). Called once, with the output's
+// validated shape; returns storage for its element count of dense row-major
+// floats that stays valid for the call, or null to let core allocate.
+using OutputAllocator = std::function<float*(const Shape& shape)>;
 
 struct ScaledDotProductAttentionOptions {
   AttentionMasks masks;
@@ -50,6 +59,7 @@ struct ScaledDotProductAttentionOptions {
   // Compute threads for this call; 0 means ComputeThreads(). A server that
   // runs several calls at once gives each a share of the CPUs.
   int num_threads = 0;
+  OutputAllocator output_allocator;  // empty: core allocates the output
 };
 
 // softmax(Q K^T * scale + mask) V.
@@ -85,7 +95,8 @@ struct MultiHeadAttentionOptions {
   // false: per head [B, H, Lq, Lk].
   bool average_weights = true;
   const std::atomic<bool>* cancelled = nullptr;
-  int num_threads = 0;  // 0 means ComputeThreads()
+  int num_threads = 0;               // 0 means ComputeThreads()
+  OutputAllocator output_allocator;  // empty: core allocates the output
 };
 
 // nn.MultiheadAttention(batch_first=True) inference semantics, and the seed's
