@@ -161,7 +161,7 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Handle(Rpc rpc, grpc::CallbackSe
                                 " ms waiting for a CPU; not computed");
     } else {
       try {
-        auto out = call->compute(granted);
+        auto out = call->compute(granted, IntoResponse(call->encoding, resp));
         result =
             out.ok() ? EncodeResponse(*out, call->encoding, options_.limits, resp) : out.status();
       } catch (const std::exception& e) {  // core throws nothing; this is a last guard

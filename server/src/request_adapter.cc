@@ -181,8 +181,9 @@ Status PrepareMha(const TensorView& q, const TensorView& k, const TensorView& v,
   call->cost = *cost;
   const ProjectionWeights* w = &call->projections;
   opt.cancelled = &call->cancelled;
-  call->compute = [w, q, k, v, opt](int threads) mutable {
+  call->compute = [w, q, k, v, opt](int threads, OutputAllocator output) mutable {
     opt.num_threads = threads;
+    opt.output_allocator = std::move(output);
     return MultiHeadAttention(*w, q, k, v, opt);
   };
   return Status::Ok();
@@ -238,8 +239,9 @@ Status PrepareAttention(const attention::v1::AttentionRequest& req, const ModelR
   ATTN_RETURN_IF_ERROR(CheckLimits(*cost, limits));
   call->cost = *cost;
   opt.cancelled = &call->cancelled;
-  call->compute = [q, k, v, opt](int threads) mutable {
+  call->compute = [q, k, v, opt](int threads, OutputAllocator output) mutable {
     opt.num_threads = threads;
+    opt.output_allocator = std::move(output);
     return ScaledDotProductAttention(q, k, v, opt);
   };
   return Status::Ok();
@@ -305,12 +307,23 @@ Status PrepareMultiHeadAttention(const attention::v1::MultiHeadAttentionRequest&
   return PrepareMha(q, k, v, opt, limits, call);
 }
 
+OutputAllocator IntoResponse(Encoding encoding, attention::v1::AttentionResponse* resp) {
+  if (encoding != Encoding::kData) return {};
+  return [resp](const Shape& shape) { return OutputBytes(shape, resp->mutable_output()); };
+}
+
 Status EncodeResponse(const AttentionResult& result, Encoding encoding, const RequestLimits& limits,
                       attention::v1::AttentionResponse* resp) {
-  const double bytes = 4.0 * static_cast<double>(result.output.numel() +
-                                                 (result.weights ? result.weights->numel() : 0));
+  double output_elements = 1;  // from the shape: an output written in place has no data here
+  for (int64_t d : result.output.shape) output_elements *= static_cast<double>(d);
+  const double bytes =
+      4.0 *
+      (output_elements + (result.weights ? static_cast<double>(result.weights->numel()) : 0.0));
   ATTN_RETURN_IF_ERROR(CheckResponseBytes(bytes, limits));
-  EncodeTensor(result.output, encoding, resp->mutable_output());
+  // An output written through IntoResponse is in place: shape, dtype, bytes.
+  if (!(result.output.data.empty() && output_elements > 0)) {
+    EncodeTensor(result.output, encoding, resp->mutable_output());
+  }
   if (result.weights) EncodeTensor(*result.weights, encoding, resp->mutable_weights());
   return Status::Ok();
 }

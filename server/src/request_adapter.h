@@ -28,8 +28,9 @@ struct PreparedCall {
   std::vector<std::string> fields;      // the decoded fields, in order, for logs
   Encoding encoding = Encoding::kData;  // of the first input; the response uses it
   AttentionCost cost;
-  // Runs the core call with `threads` compute threads.
-  std::function<StatusOr<AttentionResult>(int threads)> compute;
+  // Runs the core call with `threads` compute threads; the output goes
+  // where `output` says (see IntoResponse), or core allocates it.
+  std::function<StatusOr<AttentionResult>(int threads, OutputAllocator output)> compute;
   // Storage behind the views (deque: stable addresses).
   std::deque<DecodedTensor> tensors;
   ProjectionWeights projections;
@@ -47,8 +48,14 @@ Status PrepareMultiHeadAttention(const attention::v1::MultiHeadAttentionRequest&
                                  const ModelRegistry& models, const RequestLimits& limits,
                                  PreparedCall* call);
 
-// Fills `resp` from a finished call; RESOURCE_EXHAUSTED if the encoded
-// response would exceed the message limit.
+// Where a call's output goes: with `data` encoding, core writes it straight
+// into resp.output's bytes (no copy after compute); with `values`, empty
+// (core allocates, EncodeResponse converts).
+OutputAllocator IntoResponse(Encoding encoding, attention::v1::AttentionResponse* resp);
+
+// Fills `resp` from a finished call (an output already written through
+// IntoResponse stays in place); RESOURCE_EXHAUSTED if the encoded response
+// would exceed the message limit.
 Status EncodeResponse(const AttentionResult& result, Encoding encoding, const RequestLimits& limits,
                       attention::v1::AttentionResponse* resp);
 

@@ -33,6 +33,10 @@ struct DecodedTensor {
 Status DecodeTensor(const attention::v1::Tensor& t, const std::string& field, DataType expected,
                     int64_t max_elements, DecodedTensor* out);
 
+// Makes `dst` a FLOAT32 tensor of `shape` (already validated) in `data`
+// encoding, and returns its bytes for the values to be written into.
+float* OutputBytes(const Shape& shape, attention::v1::Tensor* dst);
+
 // Writes `src` into `dst` in `encoding` (FLOAT32).
 void EncodeTensor(const Tensor& src, Encoding encoding, attention::v1::Tensor* dst);
 

@@ -65,12 +65,12 @@ void Run(const uint8_t* data, size_t size, Prepare prepare) {
   attn::Status st = prepare(req, Models(), limits, &call);
   if (st.code() == attn::StatusCode::kInternal) Die("prepare", st);
   if (!st.ok()) return Report(st);
-  auto out = call.compute(1);
+  attention::v1::AttentionResponse resp;
+  auto out = call.compute(1, attn::server::IntoResponse(call.encoding, &resp));
   if (!out.ok()) {
     if (out.status().code() == attn::StatusCode::kInternal) Die("compute", out.status());
     return Report(out.status());
   }
-  attention::v1::AttentionResponse resp;
   st = attn::server::EncodeResponse(*out, call.encoding, limits, &resp);
   if (st.code() == attn::StatusCode::kInternal) Die("encode", st);
   if (!st.ok()) return Report(st);
