@@ -165,4 +165,19 @@ grpc::Status AttentionClient::Health(const std::string& service, std::string* st
   return st;
 }
 
+bool ServerTiming(const std::multimap<grpc::string_ref, grpc::string_ref>& trailing,
+                  double* queue_us, double* compute_us) {
+  *queue_us = *compute_us = -1;
+  const auto it = trailing.find("attn-timing-us");
+  if (it == trailing.end()) return false;
+  const std::string value(it->second.data(), it->second.size());
+  double queue = 0, compute = 0;
+  char end = 0;
+  if (std::sscanf(value.c_str(), "queue=%lf,compute=%lf%c", &queue, &compute, &end) != 2) {
+    return false;
+  }
+  *queue_us = queue, *compute_us = compute;
+  return true;
+}
+
 }  // namespace attn::client

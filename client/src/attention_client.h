@@ -5,6 +5,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -47,6 +48,12 @@ std::shared_ptr<grpc::Channel> Connect(const std::string& target,
 
 // The token in `path`: its first non-blank line, trimmed.
 StatusOr<std::string> ReadTokenFile(const std::string& path);
+
+// The server's split of a call's time, from its trailing metadata
+// `attn-timing-us: queue=<us>,compute=<us>`. False (and -1s) when the call
+// carries none (it never reached a CPU) or the value does not parse.
+bool ServerTiming(const std::multimap<grpc::string_ref, grpc::string_ref>& trailing,
+                  double* queue_us, double* compute_us);
 
 class AttentionClient {
  public:

@@ -535,15 +535,10 @@ class LevelRun {
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - call->start).count();
     double queue_ms = -1, compute_ms = -1;
     if (st.ok()) {
-      const auto& md = call->ctx.GetServerTrailingMetadata();
-      auto number = [&md](const char* key) {
-        auto it = md.find(key);
-        return it == md.end()
-                   ? -1.0
-                   : std::atof(std::string(it->second.data(), it->second.size()).c_str()) / 1e3;
-      };
-      queue_ms = number("attn-queue-us");
-      compute_ms = number("attn-compute-us");
+      double queue_us, compute_us;
+      if (ServerTiming(call->ctx.GetServerTrailingMetadata(), &queue_us, &compute_us)) {
+        queue_ms = queue_us / 1e3, compute_ms = compute_us / 1e3;
+      }
     }
     bool mismatch = false, checked = false;
     if (st.ok() && call->measured && w_.expected && call->index % 16 == 0) {

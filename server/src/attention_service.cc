@@ -18,8 +18,14 @@ double SecondsBetween(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-std::string Micros(Clock::duration d) {
-  return std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
+// The value of `attn-timing-us`: "queue=12,compute=345", in microseconds.
+// One entry rather than two: each custom trailer costs both ends HPACK and
+// metadata work on every call (two of them cost small calls ~2% req/s).
+std::string TimingValue(Clock::duration queue, Clock::duration compute) {
+  using std::chrono::duration_cast;
+  using std::chrono::microseconds;
+  return "queue=" + std::to_string(duration_cast<microseconds>(queue).count()) +
+         ",compute=" + std::to_string(duration_cast<microseconds>(compute).count());
 }
 
 }  // namespace
@@ -61,8 +67,7 @@ class CallReactor final : public grpc::ServerUnaryReactor {
     const bool computed = began != Clock::time_point{};
     if (computed) {
       // Where the time went, for load testers: waiting for a CPU, computing.
-      ctx_->AddTrailingMetadata("attn-queue-us", Micros(began - start_));
-      ctx_->AddTrailingMetadata("attn-compute-us", Micros(now - began));
+      ctx_->AddTrailingMetadata("attn-timing-us", TimingValue(began - start_, now - began));
     }
     service_->Account(rpc_, call_.get(), st, start_, began, now, bytes_in_,
                       st.ok() ? resp : nullptr, ctx_);
