@@ -2,10 +2,14 @@
 # The server benchmark of issue 4, all rows in one run on this machine:
 #   1. gRPC's ceiling: --op health at concurrency 32
 #   2. small requests: MHA B=1, L=16, E=64, H=4 at concurrency 32
-#   3. large requests: MHA B=8, L=512, E=512, H=8 at concurrency 2, against
-#      the same work in-process (attention-core-bench)
+#   3. large requests: MHA B=8, L=512, E=512, H=8 at concurrency 1 and 2 (the
+#      better level counts), against the same work in-process
+#      (attention-core-bench, with glibc malloc and with tcmalloc: the faster)
 #   4. rows 2 and 3 against a Python grpcio + PyTorch 1.13 server
-# Both servers get 2 threads. Writes OUT_DIR/*.json and OUT_DIR/server_bench.md.
+# Rows 1 and 2 alternate for ROUNDS rounds (default 5) and the medians count:
+# on a 2-CPU VM where the client shares the CPUs, one 10 s run varies by up
+# to 35% with where the scheduler puts the threads. Both servers get 2
+# threads. Writes OUT_DIR/*.json and OUT_DIR/server_bench.md.
 #   tests/bench/run_server_bench.sh [BUILD_DIR] [OUT_DIR] [SECONDS]
 # Run by hand on an idle machine (needs python3-torch for row 4).
 set -euo pipefail
@@ -29,12 +33,21 @@ port=$(free_port)
 spid=$!
 trap 'kill $spid ${tpid:-} 2>/dev/null || true' EXIT
 wait_serving "127.0.0.1:$port" "$spid"
-bench health "$port" --op health --concurrency 32
-bench small "$port" --op mha --model demo-mha-small --seq-q 16 --concurrency 32
-bench large "$port" --op mha --model demo-mha --batch 8 --seq-q 512 --concurrency 2
+rm -f "$out"/health_*.json "$out"/small_*.json
+for round in $(seq 1 "${ROUNDS:-5}"); do
+  bench "health_$round" "$port" --op health --concurrency 32
+  bench "small_$round" "$port" --op mha --model demo-mha-small --seq-q 16 --concurrency 32
+done
+bench large "$port" --op mha --model demo-mha --batch 8 --seq-q 512 --concurrency 1,2
 kill $spid; wait $spid 2>/dev/null || true
-"$build/bin/attention-core-bench" --benchmark_filter='BM_Mha/B:8/L:512/' --benchmark_min_time=3 \
-  --benchmark_out="$out/inprocess.json" --benchmark_out_format=json >&2
+inprocess() {  # name [LD_PRELOAD]
+  LD_PRELOAD=${2:-} "$build/bin/attention-core-bench" --benchmark_filter='BM_Mha/B:8/L:512/' \
+    --benchmark_min_time=3 --benchmark_out="$out/$1.json" --benchmark_out_format=json >&2
+}
+inprocess inprocess
+rm -f "$out/inprocess_tcmalloc.json"
+tcmalloc=$(ldconfig -p | awk '/libtcmalloc_minimal.so.4 / {lib = $NF} END {print lib}')
+[ -n "$tcmalloc" ] && inprocess inprocess_tcmalloc "$tcmalloc"
 
 if /usr/bin/python3 -c "import torch, grpc" 2>/dev/null; then
   stubs=$(mktemp -d)
@@ -45,7 +58,7 @@ if /usr/bin/python3 -c "import torch, grpc" 2>/dev/null; then
   tpid=$!
   wait_serving "127.0.0.1:$tport" "$tpid"
   bench torch_small "$tport" --op mha --model demo-mha-small --seq-q 16 --concurrency 32
-  bench torch_large "$tport" --op mha --model demo-mha --batch 8 --seq-q 512 --concurrency 2
+  bench torch_large "$tport" --op mha --model demo-mha --batch 8 --seq-q 512 --concurrency 1,2
   kill $tpid
 fi
 /usr/bin/python3 "$here/summarize_server_bench.py" "$out" | tee "$out/server_bench.md"
