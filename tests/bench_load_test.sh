@@ -4,11 +4,8 @@
 set -euo pipefail
 build=${1:?usage: $0 BUILD_DIR}
 seconds=${2:-4}
-server="$build/bin/attention-server"
-client="$build/bin/attention-client"
-log=$(mktemp)
 . "$(dirname "$0")/loopback.sh"
-trap 'kill ${pid:-} 2>/dev/null || true; rm -f "$log"' EXIT
+binary_test "$build"
 start_server "$log"
 rss() { awk '/VmRSS/ {print $2}' /proc/$pid/status; }
 # Sample RSS once the load has warmed up, and again at the end.

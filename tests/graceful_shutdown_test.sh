@@ -5,11 +5,8 @@
 # same AttentionServer::Shutdown deterministically.)
 set -euo pipefail
 build=${1:?usage: $0 BUILD_DIR}
-server="$build/bin/attention-server"
-client="$build/bin/attention-client"
-log=$(mktemp)
 . "$(dirname "$0")/loopback.sh"
-trap 'kill ${pid:-} 2>/dev/null || true; rm -f "$log"' EXIT
+binary_test "$build"
 start_server "$log" --shutdown-grace 5
 [ "$("$client" health --target "127.0.0.1:$port")" = SERVING ]
 start=$(date +%s)

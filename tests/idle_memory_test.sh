@@ -5,11 +5,8 @@
 # ~100 MiB; within 4 s of idleness RSS must be back within a third of that.
 set -euo pipefail
 build=${1:?usage: $0 BUILD_DIR}
-server="$build/bin/attention-server"
-client="$build/bin/attention-client"
-log=$(mktemp)
 . "$(dirname "$0")/loopback.sh"
-trap 'kill ${pid:-} 2>/dev/null || true; rm -f "$log"' EXIT
+binary_test "$build"
 start_server "$log" --threads 2
 rss() { awk '/VmRSS/ {print $2}' /proc/$pid/status; }
 base=$(rss)

@@ -39,3 +39,13 @@ start_server() {
   echo "FAIL: server did not start"
   exit 1
 }
+
+# binary_test BUILD_DIR: the set-up of a test of the real binaries. Sets
+# $server, $client and $log (a temporary file), and on exit kills the server
+# start_server started and removes $log.
+binary_test() {
+  server="$1/bin/attention-server"
+  client="$1/bin/attention-client"
+  log=$(mktemp)
+  trap 'kill ${pid:-} 2>/dev/null || true; rm -f "$log"' EXIT
+}
