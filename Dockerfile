@@ -12,7 +12,7 @@ FROM debian:bookworm AS build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       g++ make cmake libdnnl-dev ocl-icd-opencl-dev libgrpc++-dev libprotobuf-dev \
-      protobuf-compiler protobuf-compiler-grpc libspdlog-dev libcpp-httplib-dev pkg-config \
+      protobuf-compiler protobuf-compiler-grpc libspdlog-dev libcpp-httplib-dev pkg-config libabsl-dev \
       libtcmalloc-minimal4 \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
@@ -28,7 +28,7 @@ RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=Release -DATTN_BUILD_TESTS=OFF \
 FROM debian:bookworm-slim
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libdnnl2 libgrpc++1.51 libprotobuf32 libspdlog1.10 libgomp1 libcpp-httplib0.11 \
+      libdnnl2 libgrpc++1.51 libprotobuf32 libspdlog1.10 libgomp1 libcpp-httplib0.11 libabsl20220623 \
       libtcmalloc-minimal4 \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/* /usr/share/doc/* /usr/share/man/* \
  && useradd --system --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin attention \

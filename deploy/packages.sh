@@ -4,7 +4,7 @@
 # libdnnl-dev's CMake config needs OpenCL (Debian builds oneDNN with it).
 BUILD_PACKAGES=(g++ make cmake libdnnl-dev ocl-icd-opencl-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libspdlog-dev
-  libcpp-httplib-dev pkg-config libtcmalloc-minimal4)
+  libcpp-httplib-dev pkg-config libtcmalloc-minimal4 libabsl-dev)
 # tests/run.sh's fuzzing stage: clang with libFuzzer and the sanitizer runtimes.
 FUZZ_PACKAGES=(clang-14 libclang-rt-14-dev)
 TEST_PACKAGES=(libgtest-dev libbenchmark-dev python3-grpcio python3-numpy yamllint openssl)
