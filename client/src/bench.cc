@@ -257,10 +257,8 @@ void SerializeRequest(const std::string& op, Workload* w) {
 HostArray Random(Shape shape, std::mt19937& rng, float stddev = 1.0f) {
   HostArray a;
   a.shape = std::move(shape);
-  int64_t n = 1;
-  for (int64_t d : a.shape) n *= d;
   std::normal_distribution<float> dist(0.0f, stddev);
-  a.values.resize(static_cast<size_t>(n));
+  a.values.resize(static_cast<size_t>(NumElements(a.shape)));
   for (auto& v : a.values) v = dist(rng);
   return a;
 }

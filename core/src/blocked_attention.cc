@@ -56,12 +56,9 @@ Workspace& ThreadWorkspace() {
   return ws;
 }
 
-// Returns a dense [rows, cols] copy of a strided block, or the block itself
-// when it is already dense.
-const float* DenseRows(const float* base, int64_t rows, int64_t cols, int64_t row_stride,
-                       int64_t col_stride, FloatBuffer& buf) {
-  if (col_stride == 1 && (row_stride == cols || rows == 1)) return base;
-  float* dst = Workspace::Ensure(buf, rows * cols);
+// Copies a strided [rows, cols] block to dense rows at `dst`.
+void CopyRows(const float* base, int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride,
+              float* dst) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* src = base + r * row_stride;
     if (col_stride == 1) {
@@ -70,6 +67,15 @@ const float* DenseRows(const float* base, int64_t rows, int64_t cols, int64_t ro
       for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = src[c * col_stride];
     }
   }
+}
+
+// Returns a dense [rows, cols] copy of a strided block, or the block itself
+// when it is already dense.
+const float* DenseRows(const float* base, int64_t rows, int64_t cols, int64_t row_stride,
+                       int64_t col_stride, FloatBuffer& buf) {
+  if (col_stride == 1 && (row_stride == cols || rows == 1)) return base;
+  float* dst = Workspace::Ensure(buf, rows * cols);
+  CopyRows(base, rows, cols, row_stride, col_stride, dst);
   return dst;
 }
 
@@ -182,16 +188,8 @@ class BlockedAttention {
     if (dense) return t.data;
     float* dst = Workspace::Ensure(buf, nbh_ * plane);
     for (int64_t bh = 0; bh < nbh_; ++bh) {
-      const float* head = Row(t, bh / p_.heads, bh % p_.heads, 0);
-      for (int64_t r = 0; r < rows; ++r) {
-        const float* src = head + r * t.stride[2];
-        float* out = dst + bh * plane + r * cols;
-        if (t.stride[3] == 1) {
-          std::memcpy(out, src, static_cast<size_t>(cols) * sizeof(float));
-        } else {
-          for (int64_t c = 0; c < cols; ++c) out[c] = src[c * t.stride[3]];
-        }
-      }
+      CopyRows(Row(t, bh / p_.heads, bh % p_.heads, 0), rows, cols, t.stride[2], t.stride[3],
+               dst + bh * plane);
     }
     return dst;
   }

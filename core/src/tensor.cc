@@ -98,19 +98,21 @@ void FreeBuffer(void* p, std::size_t bytes) noexcept {
   ::operator delete (p, std::align_val_t{bytes < kHugeThreshold ? kCacheLine : kHugePage});
 }
 
+int64_t NumElements(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
 Tensor Tensor::Uninitialized(Shape s) {
   Tensor t;
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  t.data.resize(static_cast<size_t>(n));
+  t.data.resize(static_cast<size_t>(NumElements(s)));
   t.shape = std::move(s);
   return t;
 }
 
 Tensor::Tensor(Shape s) : shape(std::move(s)) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  data.assign(static_cast<size_t>(n), 0.0f);
+  data.assign(static_cast<size_t>(NumElements(shape)), 0.0f);
 }
 
 Tensor::Tensor(Shape s, std::initializer_list<float> values)

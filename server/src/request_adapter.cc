@@ -314,11 +314,10 @@ OutputAllocator IntoResponse(Encoding encoding, attention::v1::AttentionResponse
 
 Status EncodeResponse(const AttentionResult& result, Encoding encoding, const RequestLimits& limits,
                       attention::v1::AttentionResponse* resp) {
-  double output_elements = 1;  // from the shape: an output written in place has no data here
-  for (int64_t d : result.output.shape) output_elements *= static_cast<double>(d);
+  // From the shape: an output written in place has no data here.
+  const int64_t output_elements = NumElements(result.output.shape);
   const double bytes =
-      4.0 *
-      (output_elements + (result.weights ? static_cast<double>(result.weights->numel()) : 0.0));
+      4.0 * static_cast<double>(output_elements + (result.weights ? result.weights->numel() : 0));
   ATTN_RETURN_IF_ERROR(CheckResponseBytes(bytes, limits));
   // An output written through IntoResponse is in place: shape, dtype, bytes.
   if (!(result.output.data.empty() && output_elements > 0)) {

@@ -89,10 +89,9 @@ float* OutputBytes(const Shape& shape, attention::v1::Tensor* dst) {
   dst->Clear();
   dst->mutable_shape()->Add(shape.begin(), shape.end());
   dst->set_dtype(attention::v1::DATA_TYPE_FLOAT32);
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
   std::string* bytes = dst->mutable_data();
-  bytes->resize(static_cast<size_t>(n) * sizeof(float));  // zero fill: half a copy's traffic
+  bytes->resize(static_cast<size_t>(NumElements(shape)) *
+                sizeof(float));  // zero fill: half a copy's traffic
   return reinterpret_cast<float*>(bytes->data());
 }
 

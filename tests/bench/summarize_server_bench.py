@@ -11,7 +11,6 @@ import glob
 import json
 import os
 import re
-import statistics
 import sys
 
 
@@ -21,7 +20,7 @@ def load(path):
 
 
 def rounds(out, name):
-    """The runs of a row, in round order: [(path, report)]."""
+    """The reports of a row's rounds, in round order."""
     paths = glob.glob(os.path.join(out, name + "_*.json"))
     paths.sort(key=lambda p: int(re.search(r"_(\d+)\.json$", p).group(1)))
     return [load(p) for p in paths]

@@ -36,6 +36,9 @@ std::string ShapeToString(const Shape& shape);
 // tensor in the message.
 StatusOr<int64_t> CheckedNumElements(const Shape& shape, const std::string& what);
 
+// Product of dims of a shape that has already passed CheckedNumElements.
+int64_t NumElements(const Shape& shape);
+
 // Row-major strides for `shape`, in elements (saturating at INT64_MAX).
 Shape DenseStrides(const Shape& shape);
 
