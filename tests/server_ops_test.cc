@@ -85,6 +85,13 @@ class Background {
   std::atomic<int> ok_{0};
 };
 
+// Starts a 4096-token SDPA call on `bg` and waits until `s` holds `in_flight`
+// calls (the new one included).
+bool StartLongCall(Background& bg, const server::AttentionServer& s, int in_flight) {
+  bg.Start(LongSdpa(4096));
+  return WaitFor([&] { return s.calls_in_flight() == in_flight; });
+}
+
 // ---- admission control ------------------------------------------------------
 
 TEST(Admission, CallsOverMaxInflightAreRefusedAtOnce) {
@@ -95,10 +102,8 @@ TEST(Admission, CallsOverMaxInflightAreRefusedAtOnce) {
   });
   ASSERT_NE(s, nullptr);
   Background bg(attn_test::Target(*s));
-  bg.Start(LongSdpa(4096));  // runs
-  ASSERT_TRUE(WaitFor([&] { return s->calls_in_flight() == 1; }));
-  bg.Start(LongSdpa(4096));  // waits for the CPU
-  ASSERT_TRUE(WaitFor([&] { return s->calls_in_flight() == 2; }));
+  ASSERT_TRUE(StartLongCall(bg, *s, 1));  // runs
+  ASSERT_TRUE(StartLongCall(bg, *s, 2));  // waits for the CPU
   client::AttentionClient c(client::Connect(attn_test::Target(*s)));
   AttentionResponse resp;
   const auto t0 = Clock::now();
@@ -122,10 +127,8 @@ TEST(Admission, CallsOverMaxQueueAreRefusedAtOnce) {
   });
   ASSERT_NE(s, nullptr);
   Background bg(attn_test::Target(*s));
-  bg.Start(LongSdpa(4096));
-  ASSERT_TRUE(WaitFor([&] { return s->calls_in_flight() == 1; }));
-  bg.Start(LongSdpa(4096));
-  ASSERT_TRUE(WaitFor([&] { return s->calls_in_flight() == 2; }));
+  ASSERT_TRUE(StartLongCall(bg, *s, 1));
+  ASSERT_TRUE(StartLongCall(bg, *s, 2));
   client::AttentionClient c(client::Connect(attn_test::Target(*s)));
   AttentionResponse resp;
   const grpc::Status st = c.Attention(SmallSdpa(), &resp, std::chrono::seconds(60));
@@ -141,8 +144,7 @@ TEST(Admission, ClientCancelFreesItsQueuedWork) {
   auto s = attn_test::StartTestServer([](server::ServerConfig& c) { c.threads = 1; });
   ASSERT_NE(s, nullptr);
   Background bg(attn_test::Target(*s));
-  bg.Start(LongSdpa(4096));
-  ASSERT_TRUE(WaitFor([&] { return s->calls_in_flight() == 1; }));
+  ASSERT_TRUE(StartLongCall(bg, *s, 1));
   auto stub = attention::v1::AttentionService::NewStub(client::Connect(attn_test::Target(*s)));
   grpc::ClientContext ctx;
   AttentionResponse resp;
@@ -230,8 +232,7 @@ TEST(Admission, ManyClientsAtOnceKeepMemoryBounded) {
   EXPECT_EQ(codes[grpc::StatusCode::OK] + codes[grpc::StatusCode::RESOURCE_EXHAUSTED], kClients)
       << "only OK or RESOURCE_EXHAUSTED";
   const double grown_mib = (peak - before) / 1048576.0;
-  std::printf("RSS before %.1f MiB, peak growth %.1f MiB; codes:", before / 1048576.0,
-              grown_mib);
+  std::printf("RSS before %.1f MiB, peak growth %.1f MiB; codes:", before / 1048576.0, grown_mib);
   for (const auto& [code, n] : codes) {
     std::printf(" %s %d", StatusCodeName(static_cast<StatusCode>(code)), n);
   }
