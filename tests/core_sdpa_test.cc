@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "attn/attention.h"
+#include "attn/cpu_info.h"
 #include "attn/threading.h"
 #include "float64_reference.h"
 #include "status_matchers.h"
@@ -417,11 +419,32 @@ TEST(Sdpa, CancelledCallReturnsCancelled) {
   EXPECT_EQ(r.status().code(), StatusCode::kCancelled);
 }
 
-TEST(Sdpa, KernelChoiceFollowsCpuAndOverride) {
-  const char* env = std::getenv("ATTN_DISABLE_AVX512");
-  const bool disabled = env != nullptr && env[0] == '1';
+TEST(Sdpa, KernelTierFollowsCpuAndAttnMaxIsa) {
   __builtin_cpu_init();
-  EXPECT_EQ(UsingAvx512Kernels(), !disabled && __builtin_cpu_supports("avx512f"));
+  IsaTier want = IsaTier::kPortable;
+  if (__builtin_cpu_supports("avx512f")) {
+    want = IsaTier::kAvx512;
+  } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    want = IsaTier::kAvx2;
+  }
+  if (const char* cap = std::getenv("ATTN_MAX_ISA")) {
+    ASSERT_TRUE(ParseIsaTier(cap).has_value()) << cap;
+    want = std::min(want, *ParseIsaTier(cap));
+  }
+  EXPECT_EQ(KernelTier(), want) << IsaTierName(KernelTier());
+  // Below AVX-512 our switch caps oneDNN too (unless ONEDNN_MAX_CPU_ISA is set).
+  const std::string onednn = OneDnnIsaName();
+  if (want != IsaTier::kAvx512 && std::getenv("ONEDNN_MAX_CPU_ISA") == nullptr) {
+    EXPECT_EQ(onednn.find("avx512"), std::string::npos) << onednn;
+  }
+}
+
+TEST(Sdpa, IsaTierNamesParseBack) {
+  for (IsaTier t : {IsaTier::kPortable, IsaTier::kAvx2, IsaTier::kAvx512}) {
+    EXPECT_EQ(ParseIsaTier(IsaTierName(t)), t);
+  }
+  EXPECT_FALSE(ParseIsaTier("avx").has_value());
+  EXPECT_FALSE(ParseIsaTier("").has_value());
 }
 
 // ---- Errors: the exact code and a message naming the input and the mismatch.

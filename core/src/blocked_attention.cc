@@ -310,9 +310,13 @@ class BlockedAttention {
       const float* bias = p_.bias + b * p_.bias_stride[0] + h * p_.bias_stride[1] +
                           i * p_.bias_stride[2] + k0 * p_.bias_stride[3];
       const int64_t bs = p_.bias_stride[3];
-      for (int64_t j = 0; j < n; ++j) row[j] = row[j] * scale + bias[j * bs];
+      if (bs == 1) {
+        kern_.scale_add(row, n, scale, bias);
+      } else {
+        for (int64_t j = 0; j < n; ++j) row[j] = row[j] * scale + bias[j * bs];
+      }
     } else {
-      for (int64_t j = 0; j < n; ++j) row[j] *= scale;
+      kern_.scale(row, n, scale);
     }
     if (p_.kpm != nullptr) {
       const uint8_t* kpm = p_.kpm + b * p_.kpm_stride[0] + k0 * p_.kpm_stride[1];

@@ -13,7 +13,6 @@
 #include "attn/threading.h"
 #include "blocked_attention.h"
 #include "primitive_cache.h"
-#include "softmax_kernels.h"
 
 namespace attn {
 namespace {
@@ -323,34 +322,5 @@ StatusOr<AttentionCost> EstimateMultiHeadAttention(const ProjectionWeights& weig
   if (!plan.ok()) return plan.status();
   return plan->cost;
 }
-
-const char* OneDnnIsaName() {
-  switch (dnnl::get_effective_cpu_isa()) {
-    case dnnl::cpu_isa::sse41:
-      return "sse41";
-    case dnnl::cpu_isa::avx:
-      return "avx";
-    case dnnl::cpu_isa::avx2:
-      return "avx2";
-    case dnnl::cpu_isa::avx512_mic:
-      return "avx512_mic";
-    case dnnl::cpu_isa::avx512_mic_4ops:
-      return "avx512_mic_4ops";
-    case dnnl::cpu_isa::avx512_core:
-      return "avx512_core";
-    case dnnl::cpu_isa::avx512_core_vnni:
-      return "avx512_core_vnni";
-    case dnnl::cpu_isa::avx512_core_bf16:
-      return "avx512_core_bf16";
-    case dnnl::cpu_isa::avx512_core_amx:
-      return "avx512_core_amx";
-    case dnnl::cpu_isa::avx2_vnni:
-      return "avx2_vnni";
-    default:
-      return "other";
-  }
-}
-
-bool UsingAvx512Kernels() { return internal::GetSoftmaxKernels().avx512; }
 
 }  // namespace attn

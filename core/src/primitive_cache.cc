@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "isa_cap.h"
+
 namespace attn::internal {
 namespace {
 
@@ -143,6 +145,7 @@ bool MatmulShape::operator==(const MatmulShape& o) const {
 }
 
 dnnl::engine& CpuEngine() {
+  ApplyOneDnnIsaCap();
   static auto* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
   return *engine;
 }
@@ -260,6 +263,10 @@ void Matmul(const MatmulShape& shape, const float* a, const float* b, float* c, 
     SetHandle(m.bias, bias);
     args[nargs++].memory = m.bias.get();
   }
+  // brgemm fixes its team when it is created; gemm:jit (all oneDNN 2.6 has
+  // below AVX-512) sizes it at execute time from this thread's
+  // omp_get_max_threads(), so the budget is set here too.
+  ScopedOmpThreads team(shape.threads);
   Execute(m.prim->primitive, exec.Stream(), nargs, args);
 }
 
@@ -277,6 +284,7 @@ void Softmax(const SoftmaxShape& shape, float* data) {
   const dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, s.data.get()},
                                    {DNNL_ARG_DST, s.data.get()},
                                    {DNNL_ARG_SCRATCHPAD, s.scratchpad.get()}};
+  ScopedOmpThreads team(shape.threads);
   Execute(s.prim->primitive, exec.Stream(), 3, args);
 }
 

@@ -9,7 +9,6 @@
 #include <immintrin.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <limits>
 
 namespace attn::internal {
@@ -41,6 +40,122 @@ float ExpSumPortable(float* x, int64_t n, float scale, float m) {
 
 void ScalePortable(float* x, int64_t n, float a) {
   for (int64_t i = 0; i < n; ++i) x[i] *= a;
+}
+
+void ScaleAddPortable(float* x, int64_t n, float a, const float* bias) {
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] * a + bias[i];
+}
+
+// ---- AVX2 + FMA kernels -----------------------------------------------------
+
+#define ATTN_AVX2 __attribute__((target("avx2,fma")))
+
+// The Exp512 below with AVX2's tools: no scalef, so 2^n is built in the
+// exponent field, which holds n in [-126, 127]; x is clamped to that range and
+// anything whose exp is below FLT_MIN gives 0 (softmax sums are >= 1, so the
+// lost subnormals do not show).
+ATTN_AVX2 inline __m256 Exp256(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.33654f);
+  const __m256 tiny = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);  // false for NaN
+  // max(c, x) and min(c, x) return x when x is NaN, so NaN propagates.
+  x = _mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_max_ps(lo, x));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i bits =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(bits)));
+}
+
+// Lanes [0, rest) set, for a tail of 1 to 7 elements.
+ATTN_AVX2 inline __m256i TailMask256(int64_t rest) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(rest)),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+ATTN_AVX2 inline float ReduceMax256(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  return _mm_cvtss_f32(m);
+}
+
+ATTN_AVX2 inline float ReduceAdd256(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+ATTN_AVX2 float ScaledMaxAvx2(const float* x, int64_t n, float scale) {
+  const __m256 s = _mm256_set1_ps(scale);
+  const __m256 neg_inf = _mm256_set1_ps(kNegInf);
+  __m256 m0 = neg_inf, m1 = neg_inf;
+  // As in the AVX-512 version, NaN is tracked apart from the max.
+  __m256 nan = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 a = _mm256_mul_ps(_mm256_loadu_ps(x + i), s);
+    const __m256 b = _mm256_mul_ps(_mm256_loadu_ps(x + i + 8), s);
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(a, b, _CMP_UNORD_Q));
+    m0 = _mm256_max_ps(m0, a);
+    m1 = _mm256_max_ps(m1, b);
+  }
+  for (; i < n; i += 8) {
+    const __m256i k = n - i >= 8 ? _mm256_set1_epi32(-1) : TailMask256(n - i);
+    __m256 a = _mm256_mul_ps(_mm256_maskload_ps(x + i, k), s);
+    a = _mm256_blendv_ps(neg_inf, a, _mm256_castsi256_ps(k));
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+    m0 = _mm256_max_ps(m0, a);
+  }
+  if (_mm256_movemask_ps(nan) != 0) return std::numeric_limits<float>::quiet_NaN();
+  return ReduceMax256(_mm256_max_ps(m0, m1));
+}
+
+ATTN_AVX2 float ExpSumAvx2(float* x, int64_t n, float scale, float m) {
+  const __m256 s = _mm256_set1_ps(scale);
+  const __m256 mv = _mm256_set1_ps(m);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 e0 = Exp256(_mm256_fmsub_ps(_mm256_loadu_ps(x + i), s, mv));
+    const __m256 e1 = Exp256(_mm256_fmsub_ps(_mm256_loadu_ps(x + i + 8), s, mv));
+    _mm256_storeu_ps(x + i, e0);
+    _mm256_storeu_ps(x + i + 8, e1);
+    acc0 = _mm256_add_ps(acc0, e0);
+    acc1 = _mm256_add_ps(acc1, e1);
+  }
+  for (; i < n; i += 8) {
+    const __m256i k = n - i >= 8 ? _mm256_set1_epi32(-1) : TailMask256(n - i);
+    const __m256 e = Exp256(_mm256_fmsub_ps(_mm256_maskload_ps(x + i, k), s, mv));
+    _mm256_maskstore_ps(x + i, k, e);
+    acc0 = _mm256_add_ps(acc0, _mm256_and_ps(e, _mm256_castsi256_ps(k)));
+  }
+  return ReduceAdd256(_mm256_add_ps(acc0, acc1));
+}
+
+ATTN_AVX2 void ScaleAvx2(float* x, int64_t n, float a) {
+  const __m256 av = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), av));
+  for (; i < n; ++i) x[i] *= a;
+}
+
+ATTN_AVX2 void ScaleAddAvx2(float* x, int64_t n, float a, const float* bias) {
+  const __m256 av = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(x + i, _mm256_fmadd_ps(_mm256_loadu_ps(x + i), av, _mm256_loadu_ps(bias + i)));
+  }
+  for (; i < n; ++i) x[i] = x[i] * a + bias[i];
 }
 
 // ---- AVX-512 kernels --------------------------------------------------------
@@ -119,21 +234,38 @@ ATTN_AVX512 void ScaleAvx512(float* x, int64_t n, float a) {
   for (; i < n; ++i) x[i] *= a;
 }
 
-SoftmaxKernels Choose() {
-  __builtin_cpu_init();
-  // ATTN_DISABLE_AVX512=1 forces the portable kernels (tests run both).
-  const char* disable = std::getenv("ATTN_DISABLE_AVX512");
-  const bool disabled = disable != nullptr && disable[0] != '\0' && disable[0] != '0';
-  if (!disabled && __builtin_cpu_supports("avx512f")) {
-    return {ScaledMaxAvx512, ExpSumAvx512, ScaleAvx512, true};
+ATTN_AVX512 void ScaleAddAvx512(float* x, int64_t n, float a, const float* bias) {
+  const __m512 av = _mm512_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm512_storeu_ps(x + i, _mm512_fmadd_ps(_mm512_loadu_ps(x + i), av, _mm512_loadu_ps(bias + i)));
   }
-  return {ScaledMaxPortable, ExpSumPortable, ScalePortable, false};
+  for (; i < n; ++i) x[i] = x[i] * a + bias[i];
 }
+
+constexpr SoftmaxKernels kPortable{ScaledMaxPortable, ExpSumPortable, ScalePortable,
+                                   ScaleAddPortable, IsaTier::kPortable};
+constexpr SoftmaxKernels kAvx2{ScaledMaxAvx2, ExpSumAvx2, ScaleAvx2, ScaleAddAvx2, IsaTier::kAvx2};
+constexpr SoftmaxKernels kAvx512{ScaledMaxAvx512, ExpSumAvx512, ScaleAvx512, ScaleAddAvx512,
+                                 IsaTier::kAvx512};
 
 }  // namespace
 
+const SoftmaxKernels* SoftmaxKernelsFor(IsaTier tier) {
+  __builtin_cpu_init();
+  switch (tier) {
+    case IsaTier::kAvx512:
+      return __builtin_cpu_supports("avx512f") ? &kAvx512 : nullptr;
+    case IsaTier::kAvx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? &kAvx2 : nullptr;
+    case IsaTier::kPortable:
+      break;
+  }
+  return &kPortable;
+}
+
 const SoftmaxKernels& GetSoftmaxKernels() {
-  static const SoftmaxKernels kernels = Choose();
+  static const SoftmaxKernels& kernels = *SoftmaxKernelsFor(KernelTier());
   return kernels;
 }
 

@@ -1,12 +1,16 @@
 // Row kernels of the online (blocked) softmax. Internal to core.
 //
-// Chosen once at run time from the CPU's features: an AVX-512 version with a
-// polynomial exp (Cephes coefficients, range-reduced, scalef; about 1 ulp) or
-// a portable version using std::exp (forced by ATTN_DISABLE_AVX512=1).
-// The shipped binary does not need -march=native.
+// Three tiers, chosen once at run time (attn/cpu_info.h): AVX-512 and
+// AVX2 + FMA versions with a vectorized polynomial exp (Cephes coefficients,
+// range-reduced; about 1 ulp above FLT_MIN; below it AVX2 gives 0 where
+// AVX-512 gives the subnormal), and a portable version using std::exp. Each tier is
+// compiled with a target attribute, so the shipped binary needs no
+// -march=native and runs on every x86-64 CPU.
 #pragma once
 
 #include <cstdint>
+
+#include "attn/cpu_info.h"
 
 namespace attn::internal {
 
@@ -18,9 +22,16 @@ struct SoftmaxKernels {
   float (*exp_sum)(float* x, int64_t n, float scale, float m);
   // x[i] *= a for i < n.
   void (*scale)(float* x, int64_t n, float a);
-  bool avx512;
+  // x[i] = x[i] * a + bias[i] for i < n (a contiguous additive mask row).
+  void (*scale_add)(float* x, int64_t n, float a, const float* bias);
+  IsaTier tier;
 };
 
+// The kernels of KernelTier().
 const SoftmaxKernels& GetSoftmaxKernels();
+
+// The kernels of one tier, for tests that compare tiers on one machine.
+// Returns null when the CPU cannot run that tier.
+const SoftmaxKernels* SoftmaxKernelsFor(IsaTier tier);
 
 }  // namespace attn::internal

@@ -4,9 +4,11 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
 
+#include <cstdlib>
 #include <vector>
 
 #include "attn/attention.h"
+#include "attn/cpu_info.h"
 #include "attn/files.h"
 #include "attn/threading.h"
 #include "server_log.h"
@@ -62,6 +64,10 @@ StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerCo
   std::unique_ptr<AttentionServer> s(new AttentionServer());
   s->config_ = config;
   ConfigureLogging(config.log_level, config.log_format);
+  if (const char* isa = std::getenv("ATTN_MAX_ISA"); isa != nullptr && !ParseIsaTier(isa)) {
+    return Status::InvalidArgument(
+        std::string("ATTN_MAX_ISA: expected avx512, avx2 or portable, got '") + isa + "'");
+  }
   if (config.model_dir.empty()) {
     s->models_ = std::make_unique<ModelRegistry>(ModelRegistry::Demo());
   } else {
@@ -120,9 +126,9 @@ StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerCo
   ATTN_RETURN_IF_ERROR(WarmUp(*s->models_, threads));
   LogMessage(spdlog::level::info,
              fmt::format("listening on {}:{}; compute threads {} (CPUs this process may use: {}); "
-                         "oneDNN ISA {}; softmax kernels {}",
+                         "oneDNN ISA {}; core kernels {}",
                          config.host, s->port_, threads, AvailableCpus(), OneDnnIsaName(),
-                         UsingAvx512Kernels() ? "avx512" : "portable"));
+                         IsaTierName(KernelTier())));
   LogMessage(spdlog::level::info,
              fmt::format("transport {}; bearer tokens {}; metrics {}; max in flight {}, queued {}",
                          config.tls_cert.empty()        ? "plaintext"

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "attn/attention.h"
+#include "attn/cpu_info.h"
 #include "attn/threading.h"
 
 namespace {
@@ -142,8 +143,7 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::AddCustomContext("compute_threads", std::to_string(attn::ComputeThreads()));
   benchmark::AddCustomContext("onednn_isa", attn::OneDnnIsaName());
-  benchmark::AddCustomContext("softmax_kernels",
-                              attn::UsingAvx512Kernels() ? "avx512" : "portable");
+  benchmark::AddCustomContext("kernel_tier", attn::IsaTierName(attn::KernelTier()));
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

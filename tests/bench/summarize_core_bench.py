@@ -29,7 +29,7 @@ def main():
     peak = core.pop("BM_OneDnnMatmul1024")["gflops"]
     print(f"CPU: {context.get('cpu_model', '?')}, {context.get('num_cpus')} CPUs @ "
           f"{context.get('mhz_per_cpu')} MHz; compute threads {context.get('compute_threads')}; "
-          f"oneDNN ISA {context.get('onednn_isa')}; softmax kernels {context.get('softmax_kernels')}")
+          f"oneDNN ISA {context.get('onednn_isa')}; core kernel tier {context.get('kernel_tier')}")
     print(f"\noneDNN 1024^3 fp32 matmul: **{peak:.0f} GFLOP/s** (the practical peak)\n")
     head = "| benchmark | ms | GFLOP/s | / matmul |"
     rule = "|---|---:|---:|---:|"

@@ -119,10 +119,4 @@ StatusOr<AttentionCost> EstimateMultiHeadAttention(const ProjectionWeights& weig
                                                    const TensorView& value,
                                                    const MultiHeadAttentionOptions& options = {});
 
-// Name of the oneDNN CPU ISA in use, e.g. "avx512_core", for start-up logs.
-const char* OneDnnIsaName();
-
-// true when the AVX-512 softmax kernels are in use (chosen at run time).
-bool UsingAvx512Kernels();
-
 }  // namespace attn

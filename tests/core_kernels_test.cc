@@ -1,0 +1,138 @@
+// Core's hand-written row kernels, every tier this CPU can run, against a
+// float64 reference at one tolerance. The ISA-forced ctest runs cover the
+// tiers end to end; this covers each tier's kernels side by side, on lengths
+// that hit every vector tail.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "softmax_kernels.h"
+
+namespace attn::internal {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+const int64_t kLengths[] = {0, 1, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 100, 1000};
+
+std::vector<const SoftmaxKernels*> AvailableTiers() {
+  std::vector<const SoftmaxKernels*> tiers;
+  for (IsaTier t : {IsaTier::kPortable, IsaTier::kAvx2, IsaTier::kAvx512}) {
+    if (const SoftmaxKernels* k = SoftmaxKernelsFor(t)) tiers.push_back(k);
+  }
+  return tiers;
+}
+
+std::vector<float> Scores(int64_t n, unsigned seed, double masked_share) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 4.0f);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (auto& v : x) v = u(rng) < masked_share ? -kInf : d(rng);
+  return x;
+}
+
+TEST(Kernels, PortableAlwaysExistsAndTierMatchesCpu) {
+  ASSERT_NE(SoftmaxKernelsFor(IsaTier::kPortable), nullptr);
+  __builtin_cpu_init();
+  EXPECT_EQ(SoftmaxKernelsFor(IsaTier::kAvx512) != nullptr,
+            static_cast<bool>(__builtin_cpu_supports("avx512f")));
+  EXPECT_EQ(GetSoftmaxKernels().tier, KernelTier());
+}
+
+TEST(Kernels, EveryTierMatchesTheFloat64Reference) {
+  const float scale = 0.125f;
+  for (const SoftmaxKernels* k : AvailableTiers()) {
+    SCOPED_TRACE(IsaTierName(k->tier));
+    for (int64_t n : kLengths) {
+      SCOPED_TRACE("n=" + std::to_string(n));
+      std::vector<float> x = Scores(n, static_cast<unsigned>(n) + 1, 0.2);
+      double want_max = -INFINITY;
+      for (float v : x) want_max = std::fmax(want_max, static_cast<double>(v * scale));
+      const float m = k->scaled_max(x.data(), n, scale);
+      EXPECT_EQ(m, static_cast<float>(want_max));
+      if (m == -kInf) continue;
+      std::vector<float> e = x;
+      const float sum = k->exp_sum(e.data(), n, scale, m);
+      double want_sum = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const double want = std::exp(static_cast<double>(x[i] * scale) - m);
+        want_sum += want;
+        if (x[i] == -kInf) {
+          EXPECT_EQ(e[i], 0.0f) << "a masked score must give exactly 0";
+        } else {
+          EXPECT_NEAR(e[i], want, 4e-7 * want + 1e-37) << "i=" << i << " x=" << x[i];
+        }
+      }
+      EXPECT_NEAR(sum, want_sum, 2e-6 * want_sum);
+
+      const std::vector<float> finite = Scores(n, 7, 0.0), bias = Scores(n, 99, 0.0);
+      std::vector<float> y = finite, y_bias = finite;
+      k->scale(y.data(), n, 3.0f);
+      k->scale_add(y_bias.data(), n, 0.5f, bias.data());
+      for (int64_t i = 0; i < n; ++i) {
+        EXPECT_EQ(y[i], finite[i] * 3.0f);
+        EXPECT_NEAR(y_bias[i], static_cast<double>(finite[i]) * 0.5 + bias[i],
+                    1e-6 * (std::fabs(finite[i]) + std::fabs(bias[i])));
+      }
+    }
+  }
+}
+
+TEST(Kernels, ExpEdgesOnEveryTier) {
+  // Arguments around exp's float range: where the result is normal the
+  // relative error stays at float precision; deep underflow gives 0 or a
+  // subnormal, never garbage; 0 gives exactly 1.
+  const std::vector<float> args = {0.0f,   -1e-30f, -0.5f,   -1.0f, -10.0f, -50.0f, -80.0f, -87.0f,
+                                   -87.3f, -87.4f,  -100.0f, -1e4f, -kInf,  10.0f,  80.0f};
+  for (const SoftmaxKernels* k : AvailableTiers()) {
+    SCOPED_TRACE(IsaTierName(k->tier));
+    std::vector<float> e = args;
+    k->exp_sum(e.data(), static_cast<int64_t>(e.size()), 1.0f, 0.0f);
+    for (size_t i = 0; i < args.size(); ++i) {
+      const double want = std::exp(static_cast<double>(args[i]));
+      if (want >= std::numeric_limits<float>::min()) {
+        EXPECT_NEAR(e[i], want, 4e-7 * want) << args[i];
+      } else {
+        EXPECT_GE(e[i], 0.0f) << args[i];
+        EXPECT_LE(e[i], std::numeric_limits<float>::min()) << args[i];
+      }
+    }
+    EXPECT_EQ(e[0], 1.0f);
+    EXPECT_EQ(e[12], 0.0f);  // -inf
+  }
+}
+
+TEST(Kernels, NanPropagatesOnEveryTier) {
+  for (const SoftmaxKernels* k : AvailableTiers()) {
+    SCOPED_TRACE(IsaTierName(k->tier));
+    for (int64_t n : {1, 5, 8, 13, 16, 40}) {
+      for (int64_t at : {int64_t{0}, n / 2, n - 1}) {
+        std::vector<float> x(static_cast<size_t>(n), 1.0f);
+        x[static_cast<size_t>(at)] = std::numeric_limits<float>::quiet_NaN();
+        EXPECT_TRUE(std::isnan(k->scaled_max(x.data(), n, 1.0f))) << "n=" << n << " at=" << at;
+        EXPECT_TRUE(std::isnan(k->exp_sum(x.data(), n, 1.0f, 1.0f))) << "n=" << n;
+        EXPECT_TRUE(std::isnan(x[static_cast<size_t>(at)]));
+      }
+    }
+  }
+}
+
+TEST(Kernels, ExpSumLeavesElementsPastNAlone) {
+  // The masked tail loads and stores must not touch x[n..].
+  for (const SoftmaxKernels* k : AvailableTiers()) {
+    SCOPED_TRACE(IsaTierName(k->tier));
+    for (int64_t n = 1; n < 24; ++n) {
+      std::vector<float> x(static_cast<size_t>(n) + 16, 7.0f);
+      k->exp_sum(x.data(), n, 1.0f, 0.0f);
+      k->scale(x.data(), n, 2.0f);
+      for (size_t i = static_cast<size_t>(n); i < x.size(); ++i) ASSERT_EQ(x[i], 7.0f) << n;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace attn::internal
