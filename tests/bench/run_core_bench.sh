@@ -1,27 +1,55 @@
 #!/usr/bin/env bash
 # Runs attention-core-bench and, when python3-torch is installed, the PyTorch
-# reference on the same shapes, then prints a Markdown table with the ratios
-# (SDPA/MHA GFLOP/s over the 1024^3 matmul's, and speed-up over PyTorch).
+# reference on the same shapes, once per ISA tier this machine can run:
+# AVX-512 and forced AVX2 on an AVX-512 machine, AVX2 alone on an AVX2 one.
+# Prints a Markdown table per tier with the ratios (SDPA/MHA GFLOP/s over the
+# 1024^3 matmul's, and speed-up over PyTorch).
 #
-#   tests/bench/run_core_bench.sh [BUILD_DIR] [OUT_DIR]
+#   tests/bench/run_core_bench.sh [BUILD_DIR] [OUT_DIR] [TIER...]
 #
-# Writes OUT_DIR/core_bench.json, OUT_DIR/torch_reference.json and
-# OUT_DIR/core_bench.md. Run by hand on an idle machine; not part of CI.
+# TIER is avx512, avx2 or portable (default: every tier the CPU has, from
+# avx2 up). Writes OUT_DIR/core_bench_TIER.json, torch_reference_TIER.json
+# and core_bench_TIER.md. Run by hand on an idle machine; not part of CI.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-build}
 out=${2:-$build/bench}
+shift $(($# < 2 ? $# : 2))
 mkdir -p "$out"
-"$build/bin/attention-core-bench" --benchmark_min_time=1 --benchmark_repetitions=3 \
-  --benchmark_report_aggregates_only=true --benchmark_out="$out/core_bench.json" \
-  --benchmark_out_format=json
-torch_json=""
-if /usr/bin/python3 -c "import torch" 2>/dev/null; then
-  # PyTorch's best setup on this machine: 2 threads, pthread OpenBLAS, SkylakeX kernels.
-  OPENBLAS_CORETYPE=SkylakeX /usr/bin/python3 "$here/torch_reference.py" --threads 2 \
-    --json "$out/torch_reference.json"
-  torch_json="$out/torch_reference.json"
-else
-  echo "python3-torch not installed: skipping the PyTorch column" >&2
+
+flags=$(grep -m1 '^flags' /proc/cpuinfo)
+has() { [[ " $flags " == *" $1 "* ]]; }
+tiers=("$@")
+if [ ${#tiers[@]} -eq 0 ]; then
+  has avx512f && tiers+=(avx512)
+  has avx2 && has fma && tiers+=(avx2)
+  [ ${#tiers[@]} -eq 0 ] && tiers=(portable)
 fi
-/usr/bin/python3 "$here/summarize_core_bench.py" "$out/core_bench.json" $torch_json | tee "$out/core_bench.md"
+
+for tier in "${tiers[@]}"; do
+  case "$tier" in
+    # PyTorch gets the same tier: ATen's own kernels through
+    # ATEN_CPU_CAPABILITY, and an OpenBLAS core type the CPU can run (a
+    # SkylakeX core type dies with an illegal instruction on an AVX2 CPU).
+    avx512) has avx512f || { echo "this CPU has no AVX-512" >&2; exit 2; }
+            torch_env=(ATEN_CPU_CAPABILITY=avx512 OPENBLAS_CORETYPE=SkylakeX) ;;
+    avx2) has avx2 && has fma || { echo "this CPU has no AVX2 + FMA" >&2; exit 2; }
+          torch_env=(ATEN_CPU_CAPABILITY=avx2 OPENBLAS_CORETYPE=Haswell) ;;
+    portable) torch_env=(ATEN_CPU_CAPABILITY=default OPENBLAS_CORETYPE=Prescott) ;;
+    *) echo "unknown tier '$tier' (avx512, avx2 or portable)" >&2; exit 2 ;;
+  esac
+  echo "== tier $tier"
+  ATTN_MAX_ISA=$tier "$build/bin/attention-core-bench" --benchmark_min_time=1 \
+    --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+    --benchmark_out="$out/core_bench_$tier.json" --benchmark_out_format=json
+  torch_json=""
+  if /usr/bin/python3 -c "import torch" 2>/dev/null; then
+    env -u OPENBLAS_L2_SIZE "${torch_env[@]}" /usr/bin/python3 "$here/torch_reference.py" \
+      --threads 2 --json "$out/torch_reference_$tier.json"
+    torch_json="$out/torch_reference_$tier.json"
+  else
+    echo "python3-torch not installed: skipping the PyTorch column" >&2
+  fi
+  /usr/bin/python3 "$here/summarize_core_bench.py" "$out/core_bench_$tier.json" $torch_json \
+    | tee "$out/core_bench_$tier.md"
+done

@@ -5,7 +5,11 @@ Times nn.MultiheadAttention(batch_first=True) and
 F.scaled_dot_product_attention-equivalent math on the shapes of
 attention-core-bench, giving PyTorch its best setup:
 
-    OPENBLAS_CORETYPE=SkylakeX /usr/bin/python3 tests/bench/torch_reference.py --json out.json
+    ATEN_CPU_CAPABILITY=avx2 OPENBLAS_CORETYPE=Haswell /usr/bin/python3 \
+        tests/bench/torch_reference.py --json out.json
+
+(tests/bench/run_core_bench.sh picks both per ISA tier: the core type must be
+one the CPU can run; SkylakeX needs AVX-512.)
 
 Needs python3-torch and libopenblas0-pthread (Debian). Prints one line per
 shape: milliseconds per call (median of the timed repeats).
@@ -90,6 +94,8 @@ def main():
         "torch_version": torch.__version__,
         "threads": torch.get_num_threads(),
         "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", ""),
+        "aten_cpu_capability": torch.backends.cpu.get_cpu_capability()
+        if hasattr(torch.backends, "cpu") else os.environ.get("ATEN_CPU_CAPABILITY", ""),
         "config": torch.__config__.show().splitlines()[:3],
         "benchmarks": [],
     }
