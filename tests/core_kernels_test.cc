@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "small_matmul.h"
 #include "softmax_kernels.h"
 
 namespace attn::internal {
@@ -130,6 +131,53 @@ TEST(Kernels, ExpSumLeavesElementsPastNAlone) {
       k->exp_sum(x.data(), n, 1.0f, 0.0f);
       k->scale(x.data(), n, 2.0f);
       for (size_t i = static_cast<size_t>(n); i < x.size(); ++i) ASSERT_EQ(x[i], 7.0f) << n;
+    }
+  }
+}
+
+TEST(Kernels, SmallMatmulOnlyOnTheAvx2Tier) {
+  EXPECT_EQ(SmallMatmulFor(IsaTier::kPortable), nullptr);
+  EXPECT_EQ(SmallMatmulFor(IsaTier::kAvx512), nullptr);  // the batched brgemm is faster there
+  __builtin_cpu_init();
+  EXPECT_EQ(SmallMatmulFor(IsaTier::kAvx2) != nullptr,
+            __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
+}
+
+TEST(Kernels, SmallMatmulMatchesFloat64AndStaysInItsRows) {
+  const SmallMatmulFn mm = SmallMatmulFor(IsaTier::kAvx2);
+  if (mm == nullptr) GTEST_SKIP() << "no AVX2 + FMA on this CPU";
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  constexpr float kGuard = 12345.0f;
+  for (int64_t m : {1, 2, 3, 4, 5, 7, 16, 17}) {
+    for (int64_t n : {1, 7, 8, 9, 15, 16, 17, 33}) {
+      for (int64_t k : {1, 3, 16, 64}) {
+        SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k));
+        // Leading dims wider than the rows, as the strided heads of MHA are.
+        const int64_t lda = k + 3, ldb = n + 5, ldc = n + 2;
+        std::vector<float> a(static_cast<size_t>(m * lda)), b(static_cast<size_t>(k * ldb));
+        for (auto& x : a) x = dist(rng);
+        for (auto& x : b) x = dist(rng);
+        std::vector<float> c(static_cast<size_t>(m * ldc), kGuard);
+        mm(m, n, k, a.data(), lda, b.data(), ldb, c.data(), ldc);
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < ldc; ++j) {
+            const float got = c[static_cast<size_t>(i * ldc + j)];
+            if (j >= n) {
+              ASSERT_EQ(got, kGuard) << "wrote past column n at " << i << "," << j;
+              continue;
+            }
+            double want = 0, mag = 0;
+            for (int64_t p = 0; p < k; ++p) {
+              const double t = static_cast<double>(a[static_cast<size_t>(i * lda + p)]) *
+                               b[static_cast<size_t>(p * ldb + j)];
+              want += t;
+              mag += std::fabs(t);
+            }
+            ASSERT_NEAR(got, want, 1e-6 * mag + 1e-30) << i << "," << j;
+          }
+        }
+      }
     }
   }
 }
