@@ -72,6 +72,7 @@ std::shared_ptr<const MatmulPrimitive> CreateMatmul(const MatmulShape& s) {
   dnnl::matmul::primitive_desc pd(md, attr, CpuEngine());
   p->scratchpad = pd.scratchpad_desc();
   p->impl = pd.impl_info_str();
+  p->team_set_at_execute = p->impl.rfind("brg", 0) != 0;
   p->primitive = dnnl::matmul(pd);
   return p;
 }
@@ -263,11 +264,14 @@ void Matmul(const MatmulShape& shape, const float* a, const float* b, float* c, 
     SetHandle(m.bias, bias);
     args[nargs++].memory = m.bias.get();
   }
-  // brgemm fixes its team when it is created; gemm:jit (all oneDNN 2.6 has
-  // below AVX-512) sizes it at execute time from this thread's
-  // omp_get_max_threads(), so the budget is set here too.
-  ScopedOmpThreads team(shape.threads);
-  Execute(m.prim->primitive, exec.Stream(), nargs, args);
+  if (m.prim->team_set_at_execute) {
+    // The thread budget must hold at execute time too (a 1-thread call
+    // must not start a team); brgemm needs nothing here.
+    ScopedOmpThreads team(shape.threads);
+    Execute(m.prim->primitive, exec.Stream(), nargs, args);
+  } else {
+    Execute(m.prim->primitive, exec.Stream(), nargs, args);
+  }
 }
 
 void Softmax(const SoftmaxShape& shape, float* data) {
@@ -284,7 +288,7 @@ void Softmax(const SoftmaxShape& shape, float* data) {
   const dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, s.data.get()},
                                    {DNNL_ARG_DST, s.data.get()},
                                    {DNNL_ARG_SCRATCHPAD, s.scratchpad.get()}};
-  ScopedOmpThreads team(shape.threads);
+  ScopedOmpThreads team(shape.threads);  // softmax sizes its team when it runs
   Execute(s.prim->primitive, exec.Stream(), 3, args);
 }
 

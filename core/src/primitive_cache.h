@@ -46,6 +46,10 @@ struct MatmulPrimitive {
   dnnl::matmul primitive;
   dnnl::memory::desc a, b, c, bias, scratchpad;
   std::string impl;  // e.g. "brg:avx512_core"
+  // brgemm fixes its OpenMP team when it is created; other implementations
+  // (gemm:jit, all oneDNN 2.6 has below AVX-512) size it when they run, from
+  // the calling thread's omp_get_max_threads().
+  bool team_set_at_execute = true;
 };
 
 // Returns the cached primitive for `shape`, creating it on first use. The cache

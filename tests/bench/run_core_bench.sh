@@ -17,34 +17,20 @@ out=${2:-$build/bench}
 shift $(($# < 2 ? $# : 2))
 mkdir -p "$out"
 
-flags=$(grep -m1 '^flags' /proc/cpuinfo)
-has() { [[ " $flags " == *" $1 "* ]]; }
+. "$here/tiers.sh"
 tiers=("$@")
-if [ ${#tiers[@]} -eq 0 ]; then
-  has avx512f && tiers+=(avx512)
-  has avx2 && has fma && tiers+=(avx2)
-  [ ${#tiers[@]} -eq 0 ] && tiers=(portable)
-fi
+[ ${#tiers[@]} -eq 0 ] && mapfile -t tiers < <(cpu_tiers)
 
 for tier in "${tiers[@]}"; do
-  case "$tier" in
-    # PyTorch gets the same tier: ATen's own kernels through
-    # ATEN_CPU_CAPABILITY, and an OpenBLAS core type the CPU can run (a
-    # SkylakeX core type dies with an illegal instruction on an AVX2 CPU).
-    avx512) has avx512f || { echo "this CPU has no AVX-512" >&2; exit 2; }
-            torch_env=(ATEN_CPU_CAPABILITY=avx512 OPENBLAS_CORETYPE=SkylakeX) ;;
-    avx2) has avx2 && has fma || { echo "this CPU has no AVX2 + FMA" >&2; exit 2; }
-          torch_env=(ATEN_CPU_CAPABILITY=avx2 OPENBLAS_CORETYPE=Haswell) ;;
-    portable) torch_env=(ATEN_CPU_CAPABILITY=default OPENBLAS_CORETYPE=Prescott) ;;
-    *) echo "unknown tier '$tier' (avx512, avx2 or portable)" >&2; exit 2 ;;
-  esac
+  # PyTorch gets the same tier (tiers.sh).
+  torch_env=$(torch_tier_env "$tier") || { echo "tier '$tier': not on this CPU (or unknown)" >&2; exit 2; }
   echo "== tier $tier"
   ATTN_MAX_ISA=$tier "$build/bin/attention-core-bench" --benchmark_min_time=1 \
     --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
     --benchmark_out="$out/core_bench_$tier.json" --benchmark_out_format=json
   torch_json=""
   if /usr/bin/python3 -c "import torch" 2>/dev/null; then
-    env -u OPENBLAS_L2_SIZE "${torch_env[@]}" /usr/bin/python3 "$here/torch_reference.py" \
+    env -u OPENBLAS_L2_SIZE $torch_env $(torch_malloc_env) /usr/bin/python3 "$here/torch_reference.py" \
       --threads 2 --json "$out/torch_reference_$tier.json"
     torch_json="$out/torch_reference_$tier.json"
   else

@@ -11,6 +11,8 @@
 # to 35% with where the scheduler puts the threads. Both servers get 2
 # threads. Writes OUT_DIR/*.json and OUT_DIR/server_bench.md.
 #   tests/bench/run_server_bench.sh [BUILD_DIR] [OUT_DIR] [SECONDS]
+# ATTN_MAX_ISA=avx2 (or portable) runs the server and the in-process rows on
+# that tier, and PyTorch on the same one (tiers.sh); default: the CPU's best.
 # Run by hand on an idle machine (needs python3-torch for row 4).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -21,6 +23,10 @@ secs=${3:-10}
 mkdir -p "$out"
 client="$build/bin/attention-client"
 . "$here/../loopback.sh"
+. "$here/tiers.sh"
+tier=${ATTN_MAX_ISA:-$(cpu_tiers | head -1)}
+torch_env=$(torch_tier_env "$tier") || { echo "tier '$tier': not on this CPU (or unknown)" >&2; exit 2; }
+echo "== ISA tier $tier" >&2
 bench() {  # name port args...
   local name=$1 port=$2; shift 2
   echo "== $name" >&2
@@ -53,7 +59,7 @@ if /usr/bin/python3 -c "import torch, grpc" 2>/dev/null; then
   stubs=$(mktemp -d)
   "$root/client/python/generate_stubs.sh" "$stubs" >/dev/null
   tport=$(free_port)
-  PYTHONPATH=$stubs OPENBLAS_CORETYPE=SkylakeX /usr/bin/python3 "$here/torch_server.py" \
+  env -u OPENBLAS_L2_SIZE PYTHONPATH="$stubs" $torch_env $(torch_malloc_env) /usr/bin/python3 "$here/torch_server.py" \
     --port "$tport" --threads 2 >"$out/torch_server.log" 2>&1 &
   tpid=$!
   wait_serving "127.0.0.1:$tport" "$tpid"

@@ -56,6 +56,13 @@ def main():
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
+    tier = "unknown tier"
+    log = os.path.join(out, "server.log")
+    if os.path.exists(log):
+        with open(log) as f:
+            m = re.search(r"oneDNN ISA (\S+); core kernels (\w+)", f.read())
+        if m:
+            tier = f"ISA tier {m.group(2)} (oneDNN {m.group(1)})"
     health, small = rounds(out, "health"), rounds(out, "small")
     reports = {"health": health[0] if health else None, "small": small[0] if small else None}
     lvl = {"health": median_level(health), "small": median_level(small)}
@@ -63,7 +70,7 @@ def main():
         path = os.path.join(out, name + ".json")
         reports[name] = load(path) if os.path.exists(path) else None
         lvl[name] = best_level(reports[name])
-    print(f"CPU: {cpu}, {os.cpu_count()} CPUs, shared by the client and the server; "
+    print(f"CPU: {cpu}, {os.cpu_count()} CPUs, shared by the client and the server; {tier}; "
           f"attention-server --threads 2; PyTorch server: torch.set_num_threads(2), "
           f"2 gRPC workers\n")
     print("| row | workload | concurrency | req/s | GFLOP/s | p50 ms | p99 ms | errors | ratio | target |")
