@@ -9,11 +9,10 @@ namespace attn {
 namespace {
 
 IsaTier DetectTier() {
-  __builtin_cpu_init();
   IsaTier tier = IsaTier::kPortable;
-  if (__builtin_cpu_supports("avx512f")) {
+  if (internal::CpuHasTier(IsaTier::kAvx512)) {
     tier = IsaTier::kAvx512;
-  } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+  } else if (internal::CpuHasTier(IsaTier::kAvx2)) {
     tier = IsaTier::kAvx2;
   }
   if (const char* cap = std::getenv("ATTN_MAX_ISA")) {
@@ -77,6 +76,19 @@ const char* OneDnnIsaName() {
 }
 
 namespace internal {
+
+bool CpuHasTier(IsaTier tier) {
+  __builtin_cpu_init();
+  switch (tier) {
+    case IsaTier::kAvx512:
+      return __builtin_cpu_supports("avx512f");
+    case IsaTier::kAvx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case IsaTier::kPortable:
+      break;
+  }
+  return true;
+}
 
 void ApplyOneDnnIsaCap() {
   // oneDNN accepts the cap only before its first kernel is generated, and

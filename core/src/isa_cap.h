@@ -1,7 +1,13 @@
-// Internal to core: applying ATTN_MAX_ISA to oneDNN.
+// Internal to core: what the CPU can run, and applying ATTN_MAX_ISA to oneDNN.
 #pragma once
 
+#include "attn/cpu_info.h"
+
 namespace attn::internal {
+
+// True when this CPU can run `tier` (AVX-512: avx512f; AVX2: avx2 and fma),
+// whatever ATTN_MAX_ISA says. The one place that reads the CPU's features.
+bool CpuHasTier(IsaTier tier);
 
 // Caps oneDNN at AVX2 when KernelTier() is below AVX-512 and the user set no
 // ONEDNN_MAX_CPU_ISA. Idempotent and thread-safe; must run before oneDNN

@@ -2,6 +2,8 @@
 
 #include <immintrin.h>
 
+#include "isa_cap.h"
+
 namespace attn::internal {
 namespace {
 
@@ -61,10 +63,7 @@ ATTN_AVX2 void SmallMatmulAvx2(int64_t m, int64_t n, int64_t k, const float* a, 
 }  // namespace
 
 SmallMatmulFn SmallMatmulFor(IsaTier tier) {
-  if (tier != IsaTier::kAvx2) return nullptr;
-  __builtin_cpu_init();
-  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return nullptr;
-  return SmallMatmulAvx2;
+  return tier == IsaTier::kAvx2 && CpuHasTier(tier) ? SmallMatmulAvx2 : nullptr;
 }
 
 }  // namespace attn::internal

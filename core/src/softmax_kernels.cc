@@ -1,5 +1,7 @@
 #include "softmax_kernels.h"
 
+#include "isa_cap.h"
+
 // GCC 12 warns about _mm512_undefined_ps inside its own intrinsic headers
 // (GCC bug 105593); the warnings are false positives.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -252,12 +254,12 @@ constexpr SoftmaxKernels kAvx512{ScaledMaxAvx512, ExpSumAvx512, ScaleAvx512, Sca
 }  // namespace
 
 const SoftmaxKernels* SoftmaxKernelsFor(IsaTier tier) {
-  __builtin_cpu_init();
+  if (!CpuHasTier(tier)) return nullptr;
   switch (tier) {
     case IsaTier::kAvx512:
-      return __builtin_cpu_supports("avx512f") ? &kAvx512 : nullptr;
+      return &kAvx512;
     case IsaTier::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? &kAvx2 : nullptr;
+      return &kAvx2;
     case IsaTier::kPortable:
       break;
   }
