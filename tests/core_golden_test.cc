@@ -12,6 +12,7 @@
 
 #include "attn/attention.h"
 #include "attn/model.h"
+#include "attn/safetensors.h"
 #include "tensor_compare.h"
 
 namespace attn {

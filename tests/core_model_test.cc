@@ -11,6 +11,7 @@
 #include <string>
 
 #include "attn/model.h"
+#include "attn/safetensors.h"
 #include "status_matchers.h"
 
 namespace attn {

@@ -15,6 +15,7 @@
 #include "attention_server.h"
 #include "attn/attention.h"
 #include "attn/model.h"
+#include "attn/safetensors.h"
 #include "float64_reference.h"
 #include "host_array.h"
 #include "reflection_list_services.pb.h"

@@ -40,30 +40,9 @@ struct AttentionProblem {
   int64_t bias_stride[4] = {0, 0, 0, 0};
 };
 
-// Checks the masks against [B, H, Lq, Lk] and fills the mask fields of
-// `problem`. `unbatched` allows key_padding_mask of shape [Lk].
-Status ResolveMasks(const AttentionMasks& masks, bool unbatched, AttentionProblem* problem);
-
 // Computes the problem. Every element of `out` is written; `weights` must be
 // zero-filled by the caller (blocks above the causal diagonal are skipped).
 // Extra memory is O(block sizes), independent of Lq and Lk. Throws nothing.
 Status RunBlockedAttention(const AttentionProblem& problem, const std::atomic<bool>* cancelled);
-
-// Storage for an output of `shape`: the caller's, from `allocate` (then
-// `output` gets only the shape), or `output`'s own data.
-float* OutputStorage(const OutputAllocator& allocate, const Shape& shape, Tensor* output);
-
-// Checks that `scale`, when given, is finite, and returns it or 1/sqrt(dim).
-StatusOr<float> ResolveScale(const std::optional<float>& scale, int64_t dim);
-
-}  // namespace attn::internal
-
-namespace attn::internal {
-
-// Checks a float32 input view: dtype, rank within [min_rank, max_rank], one
-// non-negative stride per dim, an element count that fits int64, and data
-// present when it has elements. `name` starts the message.
-Status ValidateFloatView(const TensorView& view, const std::string& name, int min_rank,
-                         int max_rank);
 
 }  // namespace attn::internal

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <set>
 
+#include "attn/safetensors.h"
 #include "blocked_attention.h"
 
 namespace attn {

@@ -12,6 +12,7 @@
 #include "attn/attention.h"
 #include "attn/threading.h"
 #include "blocked_attention.h"
+#include "input_checks.h"
 #include "primitive_cache.h"
 
 namespace attn {
@@ -108,33 +109,13 @@ struct MhaPlan {
 StatusOr<MhaPlan> PlanMha(const ProjectionWeights& w, const TensorView& query,
                           const TensorView& key, const TensorView& value,
                           const MultiHeadAttentionOptions& opt) {
-  ATTN_RETURN_IF_ERROR(internal::ValidateFloatView(query, "query", 2, 3));
-  ATTN_RETURN_IF_ERROR(internal::ValidateFloatView(key, "key", 2, 3));
-  ATTN_RETURN_IF_ERROR(internal::ValidateFloatView(value, "value", 2, 3));
+  ATTN_RETURN_IF_ERROR(internal::CheckQueryKeyValue(query, key, value, 2, 3));
   ATTN_RETURN_IF_ERROR(ValidateLinear(w.q, "q"));
   ATTN_RETURN_IF_ERROR(ValidateLinear(w.k, "k"));
   ATTN_RETURN_IF_ERROR(ValidateLinear(w.v, "v"));
   if (w.out.has_value()) ATTN_RETURN_IF_ERROR(ValidateLinear(*w.out, "out"));
 
   const bool unbatched = query.rank() == 2;
-  for (const auto* t : {&key, &value}) {
-    const char* name = t == &key ? "key" : "value";
-    if (t->rank() != query.rank()) {
-      return Status::InvalidArgument(std::string(name) + ": rank must equal query's (" +
-                                     std::to_string(query.rank()) + "), got " +
-                                     std::to_string(t->rank()));
-    }
-    if (!unbatched && t->shape[0] != query.shape[0]) {
-      return Status::InvalidArgument(std::string(name) + ": dim 0 (batch) must equal query's (" +
-                                     std::to_string(query.shape[0]) + "), got " +
-                                     std::to_string(t->shape[0]));
-    }
-  }
-  if (value.dim(-2) != key.dim(-2)) {
-    return Status::InvalidArgument("value: dim -2 (Lk) must equal key's (" +
-                                   std::to_string(key.dim(-2)) + "), got " +
-                                   std::to_string(value.dim(-2)));
-  }
   auto check_in = [](const TensorView& x, const char* name, const LinearView& lin,
                      const char* wname) -> Status {
     if (x.dim(-1) != lin.weight.shape[1]) {
@@ -303,15 +284,8 @@ StatusOr<AttentionResult> MultiHeadAttention(const ProjectionWeights& weights,
                                              const TensorView& query, const TensorView& key,
                                              const TensorView& value,
                                              const MultiHeadAttentionOptions& options) {
-  try {
-    return Mha(weights, query, key, value, options);
-  } catch (const dnnl::error& e) {
-    return Status::Internal(std::string("multi-head attention: oneDNN error: ") + e.what());
-  } catch (const std::bad_alloc&) {
-    return Status::ResourceExhausted("multi-head attention: out of memory");
-  } catch (const std::exception& e) {
-    return Status::Internal(std::string("multi-head attention: ") + e.what());
-  }
+  return GuardExceptions("multi-head attention",
+                         [&] { return Mha(weights, query, key, value, options); });
 }
 
 StatusOr<AttentionCost> EstimateMultiHeadAttention(const ProjectionWeights& weights,

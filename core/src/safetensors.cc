@@ -1,6 +1,8 @@
 // The safetensors format: an 8-byte little-endian header length N, N bytes of
 // JSON ({"__metadata__": {str: str}, name: {"dtype", "shape", "data_offsets"}}),
 // then the data buffer, which the offsets index relative to its start.
+#include "attn/safetensors.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -9,7 +11,6 @@
 #include <sstream>
 
 #include "attn/json.h"
-#include "attn/model.h"
 
 namespace attn {
 namespace {
@@ -132,27 +133,6 @@ StatusOr<SafetensorsFile> ReadSafetensorsFile(const std::string& path) {
   return ParseSafetensors(bytes, path);
 }
 
-namespace {
-
-void AppendJsonString(std::string* out, const std::string& s) {
-  out->push_back('"');
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out->push_back('\\');
-      out->push_back(c);
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char esc[8];
-      std::snprintf(esc, sizeof(esc), R"(\u%04x)", c);
-      out->append(esc);
-    } else {
-      out->push_back(c);
-    }
-  }
-  out->push_back('"');
-}
-
-}  // namespace
-
 std::string SerializeSafetensors(const SafetensorsFile& file) {
   std::string header = "{";
   bool first = true;
@@ -161,9 +141,9 @@ std::string SerializeSafetensors(const SafetensorsFile& file) {
     for (const auto& [k, v] : file.metadata) {
       if (!first) header += ",";
       first = false;
-      AppendJsonString(&header, k);
+      header += JsonQuote(k);
       header += ":";
-      AppendJsonString(&header, v);
+      header += JsonQuote(v);
     }
     header += "}";
     first = false;
@@ -172,7 +152,7 @@ std::string SerializeSafetensors(const SafetensorsFile& file) {
   for (const auto& [name, t] : file.tensors) {
     if (!first) header += ",";
     first = false;
-    AppendJsonString(&header, name);
+    header += JsonQuote(name);
     header += R"(:{"dtype":"F32","shape":[)";
     for (size_t i = 0; i < t.shape.size(); ++i) {
       if (i) header += ",";

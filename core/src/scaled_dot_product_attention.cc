@@ -3,14 +3,10 @@
 
 #include "attn/attention.h"
 #include "blocked_attention.h"
+#include "input_checks.h"
 
 namespace attn {
 namespace {
-
-const char* LeadingDimName(int rank, int i) {
-  if (rank == 4) return i == 0 ? "batch" : "heads";
-  return "batch";
-}
 
 struct SdpaPlan {
   internal::AttentionProblem p;  // without the output pointers
@@ -20,35 +16,13 @@ struct SdpaPlan {
 
 StatusOr<SdpaPlan> PlanSdpa(const TensorView& q, const TensorView& k, const TensorView& v,
                             const ScaledDotProductAttentionOptions& opt) {
-  ATTN_RETURN_IF_ERROR(internal::ValidateFloatView(q, "query", 2, 4));
-  ATTN_RETURN_IF_ERROR(internal::ValidateFloatView(k, "key", 2, 4));
-  ATTN_RETURN_IF_ERROR(internal::ValidateFloatView(v, "value", 2, 4));
+  ATTN_RETURN_IF_ERROR(internal::CheckQueryKeyValue(q, k, v, 2, 4));
   const int rank = q.rank();
-  for (const auto* t : {&k, &v}) {
-    const char* name = t == &k ? "key" : "value";
-    if (t->rank() != rank) {
-      return Status::InvalidArgument(std::string(name) + ": rank must equal query's (" +
-                                     std::to_string(rank) + "), got " + std::to_string(t->rank()));
-    }
-    for (int i = 0; i < rank - 2; ++i) {
-      if (t->shape[i] != q.shape[i]) {
-        return Status::InvalidArgument(std::string(name) + ": dim " + std::to_string(i) + " (" +
-                                       LeadingDimName(rank, i) + ") must equal query's (" +
-                                       std::to_string(q.shape[i]) + "), got " +
-                                       std::to_string(t->shape[i]));
-      }
-    }
-  }
   const int64_t d = q.dim(-1);
   if (d == 0) return Status::InvalidArgument("query: last dim (D) must be positive, got 0");
   if (k.dim(-1) != d) {
     return Status::InvalidArgument("key: last dim must equal query's (" + std::to_string(d) +
                                    "), got " + std::to_string(k.dim(-1)));
-  }
-  if (v.dim(-2) != k.dim(-2)) {
-    return Status::InvalidArgument("value: dim -2 (Lk) must equal key's (" +
-                                   std::to_string(k.dim(-2)) + "), got " +
-                                   std::to_string(v.dim(-2)));
   }
   auto scale = internal::ResolveScale(opt.scale, d);
   if (!scale.ok()) return scale.status();
@@ -114,15 +88,7 @@ StatusOr<AttentionResult> Sdpa(const TensorView& q, const TensorView& k, const T
 StatusOr<AttentionResult> ScaledDotProductAttention(
     const TensorView& query, const TensorView& key, const TensorView& value,
     const ScaledDotProductAttentionOptions& options) {
-  try {
-    return Sdpa(query, key, value, options);
-  } catch (const dnnl::error& e) {
-    return Status::Internal(std::string("attention: oneDNN error: ") + e.what());
-  } catch (const std::bad_alloc&) {
-    return Status::ResourceExhausted("attention: out of memory");
-  } catch (const std::exception& e) {
-    return Status::Internal(std::string("attention: ") + e.what());
-  }
+  return GuardExceptions("attention", [&] { return Sdpa(query, key, value, options); });
 }
 
 StatusOr<AttentionCost> EstimateScaledDotProductAttention(

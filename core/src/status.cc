@@ -1,6 +1,9 @@
 #include "attn/status.h"
 
+#include <dnnl.hpp>
+#include <exception>
 #include <iterator>
+#include <new>
 
 namespace attn {
 
@@ -29,6 +32,20 @@ const char* StatusCodeName(StatusCode code) {
 std::string Status::ToString() const {
   if (ok()) return "OK";
   return std::string(StatusCodeName(code_)) + ": " + message_;
+}
+
+Status CurrentExceptionStatus(const std::string& what) {
+  try {
+    throw;
+  } catch (const dnnl::error& e) {
+    return Status::Internal(what + ": oneDNN error: " + e.what());
+  } catch (const std::bad_alloc&) {
+    return Status::ResourceExhausted(what + ": out of memory");
+  } catch (const std::exception& e) {
+    return Status::Internal(what + ": " + e.what());
+  } catch (...) {
+    return Status::Internal(what + ": unknown exception");
+  }
 }
 
 }  // namespace attn

@@ -86,6 +86,8 @@ constexpr std::size_t kHugePage = 2 << 20;
 constexpr std::size_t kHugeThreshold = 4 << 20;
 }  // namespace
 
+namespace detail {
+
 void* AllocateBuffer(std::size_t bytes) {
   if (bytes < kHugeThreshold) return ::operator new (bytes, std::align_val_t{kCacheLine});
   void* p = ::operator new (bytes, std::align_val_t{kHugePage});
@@ -97,6 +99,8 @@ void* AllocateBuffer(std::size_t bytes) {
 void FreeBuffer(void* p, std::size_t bytes) noexcept {
   ::operator delete (p, std::align_val_t{bytes < kHugeThreshold ? kCacheLine : kHugePage});
 }
+
+}  // namespace detail
 
 int64_t NumElements(const Shape& shape) {
   int64_t n = 1;

@@ -26,9 +26,8 @@ StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   const bool bound = port == 0 ? (s->port_ = s->http_->bind_to_any_port(host)) > 0
                                : s->http_->bind_to_port(host, port);
   if (!bound) {
-    return Status(StatusCode::kFailedPrecondition, "--metrics-port: cannot listen on " + host +
-                                                       ":" + std::to_string(port) +
-                                                       " (in use, or a bad address?)");
+    return Status::FailedPrecondition("--metrics-port: cannot listen on " + host + ":" +
+                                      std::to_string(port) + " (in use, or a bad address?)");
   }
   if (port != 0) s->port_ = port;
   httplib::Server* http = s->http_.get();

@@ -5,40 +5,12 @@
 #include <cstdio>
 #include <mutex>
 
+#include "attn/json.h"
+
 namespace attn::server {
 namespace {
 
 std::atomic<LogFormat> g_format{LogFormat::kText};
-
-std::string JsonEscape(const std::string& s) {
-  std::string out;
-  out.reserve(s.size() + 2);
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out;
-}
 
 // Error lines allowed in the current one-second window, and those dropped.
 class ErrorRateLimiter {
@@ -89,7 +61,7 @@ void ConfigureLogging(const std::string& level, LogFormat format) {
 void LogMessage(spdlog::level::level_enum level, const std::string& message) {
   if (!spdlog::should_log(level)) return;
   if (g_format == LogFormat::kJson) {
-    spdlog::log(level, "\"msg\":\"{}\"", JsonEscape(message));
+    spdlog::log(level, "\"msg\":{}", JsonQuote(message));
   } else {
     spdlog::log(level, "{}", message);
   }
@@ -99,10 +71,10 @@ std::string FormatAccess(const AccessRecord& r, LogFormat format, int64_t suppre
   char latency[32];
   std::snprintf(latency, sizeof(latency), "%.3f", r.latency_ms);
   if (format == LogFormat::kJson) {
-    std::string s = "\"rpc\":\"" + JsonEscape(r.rpc) + "\",\"model\":\"" + JsonEscape(r.model) +
-                    "\",\"shapes\":\"" + JsonEscape(r.shapes) + "\",\"code\":\"" + r.code +
-                    "\",\"latency_ms\":" + latency + ",\"peer\":\"" + JsonEscape(r.peer) + "\"";
-    if (!r.reason.empty()) s += ",\"reason\":\"" + JsonEscape(r.reason) + "\"";
+    std::string s = "\"rpc\":" + JsonQuote(r.rpc) + ",\"model\":" + JsonQuote(r.model) +
+                    ",\"shapes\":" + JsonQuote(r.shapes) + ",\"code\":" + JsonQuote(r.code) +
+                    ",\"latency_ms\":" + latency + ",\"peer\":" + JsonQuote(r.peer);
+    if (!r.reason.empty()) s += ",\"reason\":" + JsonQuote(r.reason);
     if (suppressed > 0) s += ",\"suppressed\":" + std::to_string(suppressed);
     return s;
   }

@@ -1,4 +1,6 @@
-// A strict, minimal JSON reader (safetensors headers, client inputs).
+// A strict, minimal JSON reader (safetensors headers, client inputs), and
+// the one JSON string writer of the project (safetensors headers, JSON logs,
+// bench reports).
 // Bounded nesting depth, no exceptions, never reads past the input.
 #pragma once
 
@@ -30,5 +32,9 @@ struct JsonValue {
 // Parses one JSON document (surrounding whitespace allowed). Errors say
 // what was wrong and at which byte offset.
 StatusOr<JsonValue> ParseJson(std::string_view text);
+
+// `s` as a JSON string literal, quotes included: '"' and '\\' escaped, control
+// characters as \n, \t, \r or \u00XX. Bytes >= 0x80 pass through (UTF-8).
+std::string JsonQuote(std::string_view s);
 
 }  // namespace attn

@@ -1,4 +1,5 @@
-// Weight sets ("models") and the .safetensors reader behind them.
+// Weight sets ("models"): projection weights built from state_dict tensors,
+// a .safetensors file (attn/safetensors.h) or the built-in demo set.
 //
 // A model holds the projection weights of one attention module, in PyTorch
 // state_dict names and nn.Linear layout. Models are immutable after loading
@@ -8,7 +9,6 @@
 #include <cstdint>
 #include <map>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "attn/attention.h"
@@ -33,19 +33,6 @@ struct ModelInfo {
   bool has_bias = false;
   bool has_out_proj = false;
 };
-
-// The contents of a .safetensors file: float32 tensors and string metadata.
-struct SafetensorsFile {
-  std::map<std::string, std::string> metadata;
-  std::map<std::string, Tensor> tensors;
-};
-
-// Parses safetensors bytes. Only F32 tensors are accepted. `source` (usually
-// the file name) starts every error message. Never reads out of bounds.
-StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, const std::string& source);
-StatusOr<SafetensorsFile> ReadSafetensorsFile(const std::string& path);
-// Serializes to safetensors bytes (tensors in name order).
-std::string SerializeSafetensors(const SafetensorsFile& file);
 
 class AttentionModel {
  public:

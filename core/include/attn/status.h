@@ -45,17 +45,35 @@ class [[nodiscard]] Status {
   Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
 
   static Status Ok() { return {}; }
+  // One factory per non-OK code.
+  static Status Cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
+  static Status Unknown(std::string m) { return {StatusCode::kUnknown, std::move(m)}; }
   static Status InvalidArgument(std::string m) {
     return {StatusCode::kInvalidArgument, std::move(m)};
   }
+  static Status DeadlineExceeded(std::string m) {
+    return {StatusCode::kDeadlineExceeded, std::move(m)};
+  }
   static Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
+  static Status AlreadyExists(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
+  static Status PermissionDenied(std::string m) {
+    return {StatusCode::kPermissionDenied, std::move(m)};
+  }
   static Status ResourceExhausted(std::string m) {
     return {StatusCode::kResourceExhausted, std::move(m)};
   }
+  static Status FailedPrecondition(std::string m) {
+    return {StatusCode::kFailedPrecondition, std::move(m)};
+  }
+  static Status Aborted(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
+  static Status OutOfRange(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
   static Status Unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
   static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+  static Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
   static Status DataLoss(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
-  static Status Cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
+  static Status Unauthenticated(std::string m) {
+    return {StatusCode::kUnauthenticated, std::move(m)};
+  }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }
@@ -103,6 +121,24 @@ class [[nodiscard]] StatusOr {
   Status status_;
   std::optional<T> value_;
 };
+
+// The Status of the exception being handled, for the one guard below: call it
+// only inside a catch block. std::bad_alloc is RESOURCE_EXHAUSTED ("<what>:
+// out of memory"); a oneDNN error, any other exception or a non-exception
+// is INTERNAL ("<what>: oneDNN error: ...", "<what>: ...").
+Status CurrentExceptionStatus(const std::string& what);
+
+// Runs f() (returning Status or StatusOr) and turns anything it throws into
+// a Status: the project's one exception-to-Status boundary, at every public
+// entry point that may reach oneDNN or allocate.
+template <typename F>
+auto GuardExceptions(const std::string& what, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (...) {
+    return CurrentExceptionStatus(what);
+  }
+}
 
 }  // namespace attn
 

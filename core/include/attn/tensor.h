@@ -61,9 +61,11 @@ struct TensorView {
   const uint8_t* u8() const { return static_cast<const uint8_t*>(data); }
 };
 
-// The allocation functions behind AlignedAllocator.
+namespace detail {
+// The allocation functions behind AlignedAllocator (core/src/tensor.cc).
 void* AllocateBuffer(std::size_t bytes);
 void FreeBuffer(void* p, std::size_t bytes) noexcept;
+}  // namespace detail
 
 // Allocator for large float buffers: 64-byte aligned (cache lines, AVX-512),
 // and buffers of 4 MiB or more are 2 MiB aligned and advised to use
@@ -76,8 +78,8 @@ struct AlignedAllocator {
   AlignedAllocator() = default;
   template <typename U>
   AlignedAllocator(const AlignedAllocator<U>& /*other*/) noexcept {}  // NOLINT
-  T* allocate(std::size_t n) { return static_cast<T*>(AllocateBuffer(n * sizeof(T))); }
-  void deallocate(T* p, std::size_t n) noexcept { FreeBuffer(p, n * sizeof(T)); }
+  T* allocate(std::size_t n) { return static_cast<T*>(detail::AllocateBuffer(n * sizeof(T))); }
+  void deallocate(T* p, std::size_t n) noexcept { detail::FreeBuffer(p, n * sizeof(T)); }
   template <typename U>
   void construct(U* p) noexcept {
     ::new (static_cast<void*>(p)) U;  // default-initialise: no zero fill

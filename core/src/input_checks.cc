@@ -1,0 +1,155 @@
+#include "input_checks.h"
+
+#include <cmath>
+#include <string>
+
+namespace attn::internal {
+
+Status ValidateFloatView(const TensorView& view, const std::string& name, int min_rank,
+                         int max_rank) {
+  if (view.dtype != DataType::kFloat32) {
+    return Status::InvalidArgument(name + ": dtype must be float32, got " +
+                                   DataTypeName(view.dtype));
+  }
+  if (view.rank() < min_rank || view.rank() > max_rank) {
+    const std::string want = min_rank == max_rank
+                                 ? std::to_string(min_rank)
+                                 : std::to_string(min_rank) + " to " + std::to_string(max_rank);
+    return Status::InvalidArgument(name + ": rank must be " + want + ", got " +
+                                   std::to_string(view.rank()) + " (shape " +
+                                   ShapeToString(view.shape) + ")");
+  }
+  auto n = CheckedNumElements(view.shape, name);
+  if (!n.ok()) return n.status();
+  if (view.strides.size() != view.shape.size()) {
+    return Status::InvalidArgument(name + ": " + std::to_string(view.strides.size()) +
+                                   " strides for rank " + std::to_string(view.rank()));
+  }
+  for (int64_t s : view.strides) {
+    if (s < 0) return Status::InvalidArgument(name + ": strides must be non-negative");
+  }
+  if (*n > 0 && view.data == nullptr) return Status::InvalidArgument(name + ": no data");
+  return Status::Ok();
+}
+
+namespace {
+
+// The name of leading dim i of a rank-`rank` input, for messages.
+const char* LeadingDimName(int rank, int i) { return rank == 4 && i == 1 ? "heads" : "batch"; }
+
+}  // namespace
+
+Status CheckQueryKeyValue(const TensorView& q, const TensorView& k, const TensorView& v,
+                          int min_rank, int max_rank) {
+  ATTN_RETURN_IF_ERROR(ValidateFloatView(q, "query", min_rank, max_rank));
+  ATTN_RETURN_IF_ERROR(ValidateFloatView(k, "key", min_rank, max_rank));
+  ATTN_RETURN_IF_ERROR(ValidateFloatView(v, "value", min_rank, max_rank));
+  const int rank = q.rank();
+  for (const auto* t : {&k, &v}) {
+    const char* name = t == &k ? "key" : "value";
+    if (t->rank() != rank) {
+      return Status::InvalidArgument(std::string(name) + ": rank must equal query's (" +
+                                     std::to_string(rank) + "), got " + std::to_string(t->rank()));
+    }
+    for (int i = 0; i < rank - 2; ++i) {
+      if (t->shape[i] != q.shape[i]) {
+        return Status::InvalidArgument(std::string(name) + ": dim " + std::to_string(i) + " (" +
+                                       LeadingDimName(rank, i) + ") must equal query's (" +
+                                       std::to_string(q.shape[i]) + "), got " +
+                                       std::to_string(t->shape[i]));
+      }
+    }
+  }
+  if (v.dim(-2) != k.dim(-2)) {
+    return Status::InvalidArgument("value: dim -2 (Lk) must equal key's (" +
+                                   std::to_string(k.dim(-2)) + "), got " +
+                                   std::to_string(v.dim(-2)));
+  }
+  return Status::Ok();
+}
+
+float* OutputStorage(const OutputAllocator& allocate, const Shape& shape, Tensor* output) {
+  output->shape = shape;
+  output->data.clear();
+  if (allocate) {
+    if (float* storage = allocate(shape)) return storage;
+  }
+  *output = Tensor::Uninitialized(shape);
+  return output->data.data();
+}
+
+StatusOr<float> ResolveScale(const std::optional<float>& scale, int64_t dim) {
+  if (scale.has_value()) {
+    if (!std::isfinite(*scale)) {
+      return Status::InvalidArgument("scale: must be finite, got " + std::to_string(*scale));
+    }
+    return *scale;
+  }
+  return static_cast<float>(1.0 / std::sqrt(static_cast<double>(dim)));
+}
+
+Status ResolveMasks(const AttentionMasks& masks, bool unbatched, AttentionProblem* p) {
+  p->causal = masks.causal;
+  if (masks.key_padding_mask.has_value()) {
+    const TensorView& m = *masks.key_padding_mask;
+    const std::string want =
+        unbatched ? "[" + std::to_string(p->lk) + "] or [1, " + std::to_string(p->lk) + "]"
+                  : ShapeToString({p->batch, p->lk});
+    if (m.dtype != DataType::kBool) {
+      return Status::InvalidArgument(std::string("key_padding_mask: dtype must be bool, got ") +
+                                     DataTypeName(m.dtype));
+    }
+    const bool ok2 = m.rank() == 2 && m.shape[0] == p->batch && m.shape[1] == p->lk;
+    const bool ok1 = unbatched && m.rank() == 1 && m.shape[0] == p->lk;
+    if (!ok1 && !ok2) {
+      return Status::InvalidArgument("key_padding_mask: expected shape " + want + ", got " +
+                                     ShapeToString(m.shape));
+    }
+    if (m.data == nullptr && p->lk > 0 && p->batch > 0) {
+      return Status::InvalidArgument("key_padding_mask: no data");
+    }
+    p->kpm = m.u8();
+    p->kpm_stride[0] = ok2 ? m.strides[0] : 0;
+    p->kpm_stride[1] = ok2 ? m.strides[1] : m.strides[0];
+  }
+  if (masks.attn_bias.has_value()) {
+    const TensorView& m = *masks.attn_bias;
+    if (m.dtype != DataType::kFloat32) {
+      return Status::InvalidArgument(std::string("attn_bias: dtype must be float32, got ") +
+                                     DataTypeName(m.dtype));
+    }
+    // [Lq, Lk], [B, Lq, Lk] or [B, H, Lq, Lk]; B, H and Lq may also be 1.
+    const int64_t full[4] = {p->batch, p->heads, p->lq, p->lk};
+    int map[4] = {-1, -1, -1, -1};  // bias dim index for each of B, H, Lq, Lk
+    if (m.rank() == 2) {
+      map[2] = 0, map[3] = 1;
+    } else if (m.rank() == 3) {
+      map[0] = 0, map[2] = 1, map[3] = 2;
+    } else if (m.rank() == 4) {
+      map[0] = 0, map[1] = 1, map[2] = 2, map[3] = 3;
+    }
+    bool ok = m.rank() >= 2 && m.rank() <= 4;
+    for (int a = 0; ok && a < 4; ++a) {
+      if (map[a] < 0) continue;
+      const int64_t d = m.shape[map[a]];
+      ok = d == full[a] || (d == 1 && a != 3);
+    }
+    if (!ok) {
+      return Status::InvalidArgument(
+          "attn_bias: expected a shape that broadcasts to " +
+          ShapeToString({p->batch, p->heads, p->lq, p->lk}) +
+          " ([Lq, Lk], [B, Lq, Lk] or [B, H, Lq, Lk]; B, H, Lq may be 1), got " +
+          ShapeToString(m.shape));
+    }
+    if (m.data == nullptr && p->lq > 0 && p->lk > 0) {
+      return Status::InvalidArgument("attn_bias: no data");
+    }
+    for (int a = 0; a < 4; ++a) {
+      p->bias_stride[a] = (map[a] < 0 || m.shape[map[a]] == 1) ? 0 : m.strides[map[a]];
+    }
+    p->bias = m.f32();
+  }
+  return Status::Ok();
+}
+
+}  // namespace attn::internal

@@ -1,0 +1,39 @@
+// The checks SDPA and MHA share on their inputs: float views, the q/k/v
+// shape contract, the scale and the masks, and where the output goes. Every
+// message names the field, what was expected and what was received.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "attn/attention.h"
+#include "attn/status.h"
+#include "blocked_attention.h"
+
+namespace attn::internal {
+
+// Checks a float32 input view: dtype, rank within [min_rank, max_rank], one
+// non-negative stride per dim, an element count that fits int64, and data
+// present when it has elements. `name` starts the message.
+Status ValidateFloatView(const TensorView& view, const std::string& name, int min_rank,
+                         int max_rank);
+
+// Checks query, key and value as float views of rank [min_rank, max_rank],
+// key and value of the query's rank with its leading (batch, heads) dims, and
+// value's Lk (dim -2) equal to key's.
+Status CheckQueryKeyValue(const TensorView& query, const TensorView& key, const TensorView& value,
+                          int min_rank, int max_rank);
+
+// Checks the masks against [B, H, Lq, Lk] and fills the mask fields of
+// `problem`. `unbatched` allows key_padding_mask of shape [Lk].
+Status ResolveMasks(const AttentionMasks& masks, bool unbatched, AttentionProblem* problem);
+
+// Checks that `scale`, when given, is finite, and returns it or 1/sqrt(dim).
+StatusOr<float> ResolveScale(const std::optional<float>& scale, int64_t dim);
+
+// Storage for an output of `shape`: the caller's, from `allocate` (then
+// `output` gets only the shape), or `output`'s own data.
+float* OutputStorage(const OutputAllocator& allocate, const Shape& shape, Tensor* output);
+
+}  // namespace attn::internal
