@@ -39,5 +39,5 @@ USER 10001:10001
 ENV ATTN_HOST=0.0.0.0 ATTN_PORT=50051 ATTN_METRICS_PORT=9090
 EXPOSE 50051 9090
 HEALTHCHECK --interval=10s --timeout=3s --start-period=15s --retries=3 \
-  CMD attention-client health --target 127.0.0.1:${ATTN_PORT} --timeout-ms 2000 || exit 1
+  CMD attention-client health --target 127.0.0.1:${ATTN_PORT} --timeout 2s || exit 1
 ENTRYPOINT ["attention-server"]

@@ -12,6 +12,7 @@
 #include "attention_server.h"
 #include "attn/json.h"
 #include "test_server.h"
+#include "wire/timing_trailer.h"
 
 namespace attn {
 namespace {
@@ -64,15 +65,15 @@ TEST(ServerTiming, ParsesTheTrailerAndRejectsMalformedValues) {
   using Trailing = std::multimap<grpc::string_ref, grpc::string_ref>;
   double queue = 0, compute = 0;
   EXPECT_TRUE(
-      client::ServerTiming(Trailing{{"attn-timing-us", "queue=12,compute=345"}}, &queue, &compute));
+      wire::ServerTiming(Trailing{{"attn-timing-us", "queue=12,compute=345"}}, &queue, &compute));
   EXPECT_EQ(queue, 12);
   EXPECT_EQ(compute, 345);
   for (const char* bad : {"queue=12", "compute=3,queue=4", "queue=1,compute=2x", "", "12,345"}) {
-    EXPECT_FALSE(client::ServerTiming(Trailing{{"attn-timing-us", bad}}, &queue, &compute)) << bad;
+    EXPECT_FALSE(wire::ServerTiming(Trailing{{"attn-timing-us", bad}}, &queue, &compute)) << bad;
     EXPECT_EQ(queue, -1);
     EXPECT_EQ(compute, -1);
   }
-  EXPECT_FALSE(client::ServerTiming(Trailing{{"other", "queue=1,compute=2"}}, &queue, &compute));
+  EXPECT_FALSE(wire::ServerTiming(Trailing{{"other", "queue=1,compute=2"}}, &queue, &compute));
 }
 
 TEST(BenchRun, ShortLoopbackRunGivesACompleteJsonReport) {

@@ -18,7 +18,7 @@ cat "$log" | tail -3
 [ $rc -eq 0 ] || { echo "FAIL: exit code $rc after SIGTERM"; exit 1; }
 [ $took -le 6 ] || { echo "FAIL: took ${took}s, over the 5 s grace"; exit 1; }
 grep -q "NOT_SERVING; finishing calls in flight (grace 5 s)" "$log" || { echo "FAIL: no drain log"; exit 1; }
-if "$client" health --target "127.0.0.1:$port" --timeout-ms 500 >/dev/null 2>&1; then
+if "$client" health --target "127.0.0.1:$port" --timeout 500ms >/dev/null 2>&1; then
   echo "FAIL: still answering after exit"; exit 1
 fi
 echo "PASS: SIGTERM -> NOT_SERVING, drained, exit 0 in ${took}s"

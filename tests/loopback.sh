@@ -11,7 +11,7 @@ free_port() {
 wait_serving() {
   local target=$1 watch=${2:-}
   for _ in $(seq 1 300); do
-    [ "$("$client" health --target "$target" --timeout-ms 200 2>/dev/null)" = SERVING ] && return 0
+    [ "$("$client" health --target "$target" --timeout 200ms 2>/dev/null)" = SERVING ] && return 0
     if [ -n "$watch" ] && ! kill -0 "$watch" 2>/dev/null; then
       echo "FAIL: the process serving $target exited"
       exit 1

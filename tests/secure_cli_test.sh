@@ -45,7 +45,7 @@ tls=(--target "$target" --tls-ca "$dir/ca.pem" --tls-cert "$dir/client.pem" --tl
 # Health needs TLS but no token.
 [ "$("$client" health "${tls[@]}")" = SERVING ] || fail "health over mTLS"
 # No client certificate: the handshake fails.
-if "$client" health --target "$target" --tls-ca "$dir/ca.pem" --timeout-ms 2000 >/dev/null 2>&1; then
+if "$client" health --target "$target" --tls-ca "$dir/ca.pem" --timeout 2s >/dev/null 2>&1; then
   fail "served a client without a certificate"
 fi
 # A call: without a token UNAUTHENTICATED; with one the seed example.

@@ -21,6 +21,7 @@
 #include "reflection_list_services.pb.h"
 #include "tensor_compare.h"
 #include "test_server.h"
+#include "wire/timing_trailer.h"
 
 namespace attn {
 namespace {
@@ -351,7 +352,7 @@ TEST_P(ServerTest, TrailingMetadataSplitsQueueAndComputeTime) {
   const auto& md = ctx.GetServerTrailingMetadata();
   ASSERT_EQ(md.count("attn-timing-us"), 1u);
   double queue_us = -1, compute_us = -1;
-  ASSERT_TRUE(client::ServerTiming(md, &queue_us, &compute_us)) << std::string(
+  ASSERT_TRUE(wire::ServerTiming(md, &queue_us, &compute_us)) << std::string(
       md.find("attn-timing-us")->second.data(), md.find("attn-timing-us")->second.size());
   EXPECT_GE(queue_us, 0);
   EXPECT_GT(compute_us, 0) << "2x64x512 through demo-mha takes time";

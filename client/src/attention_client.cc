@@ -4,9 +4,9 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 
-#include "attn/files.h"
+#include "wire/secret_files.h"
+#include "wire/status_mapping.h"
 
 namespace attn::client {
 namespace {
@@ -46,14 +46,14 @@ StatusOr<std::shared_ptr<grpc::ChannelCredentials>> Credentials(const ChannelOpt
   }
   grpc::SslCredentialsOptions ssl;
   if (!o.tls_ca.empty()) {
-    auto ca = ReadPemFile("--tls-ca", o.tls_ca);
+    auto ca = wire::ReadPemFile("--tls-ca", o.tls_ca);
     if (!ca.ok()) return ca.status();
     ssl.pem_root_certs = *ca;
   }
   if (!o.tls_cert.empty()) {
-    auto cert = ReadPemFile("--tls-cert", o.tls_cert);
+    auto cert = wire::ReadPemFile("--tls-cert", o.tls_cert);
     if (!cert.ok()) return cert.status();
-    auto key = ReadPemFile("--tls-key", o.tls_key);
+    auto key = wire::ReadPemFile("--tls-key", o.tls_key);
     if (!key.ok()) return key.status();
     ssl.pem_cert_chain = *cert;
     ssl.pem_private_key = *key;
@@ -105,19 +105,6 @@ std::shared_ptr<grpc::Channel> Connect(const std::string& target, const ChannelO
   return *channel;
 }
 
-StatusOr<std::string> ReadTokenFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Status::InvalidArgument("--token-file " + path + ": cannot open");
-  std::string line;
-  while (std::getline(in, line)) {
-    const size_t b = line.find_first_not_of(" \t\r");
-    if (b == std::string::npos || line[b] == '#') continue;
-    const size_t e = line.find_last_not_of(" \t\r");
-    return line.substr(b, e - b + 1);
-  }
-  return Status::InvalidArgument("--token-file " + path + ": no token in it");
-}
-
 AttentionClient::AttentionClient(std::shared_ptr<grpc::Channel> channel)
     : stub_(attention::v1::AttentionService::NewStub(channel)),
       health_(grpc::health::v1::Health::NewStub(channel)) {}
@@ -146,6 +133,25 @@ grpc::Status AttentionClient::MultiHeadAttention(
   return stub_->MultiHeadAttention(&ctx, req, resp);
 }
 
+grpc::Status AttentionClient::Call(const AttentionCall& call,
+                                   attention::v1::AttentionResponse* resp,
+                                   std::chrono::milliseconds timeout) {
+  if (call.op == "cross") return CrossAttention(call.cross, resp, timeout);
+  if (call.op == "mha") return MultiHeadAttention(call.mha, resp, timeout);
+  return Attention(call.attention, resp, timeout);
+}
+
+StatusOr<attention::v1::ModelInfo> AttentionClient::FindModel(const std::string& name,
+                                                              std::chrono::milliseconds timeout) {
+  attention::v1::ListModelsResponse models;
+  auto st = ListModels(&models, timeout);
+  if (!st.ok()) return wire::FromGrpcStatus(st);
+  for (const auto& m : models.models()) {
+    if (m.name() == name) return m;
+  }
+  return Status::NotFound("--model: the server has no model '" + name + "'");
+}
+
 grpc::Status AttentionClient::ListModels(attention::v1::ListModelsResponse* resp,
                                          std::chrono::milliseconds timeout) {
   grpc::ClientContext ctx;
@@ -163,21 +169,6 @@ grpc::Status AttentionClient::Health(const std::string& service, std::string* st
   grpc::Status st = health_->Check(&ctx, req, &resp);
   if (st.ok()) *status = grpc::health::v1::HealthCheckResponse::ServingStatus_Name(resp.status());
   return st;
-}
-
-bool ServerTiming(const std::multimap<grpc::string_ref, grpc::string_ref>& trailing,
-                  double* queue_us, double* compute_us) {
-  *queue_us = *compute_us = -1;
-  const auto it = trailing.find("attn-timing-us");
-  if (it == trailing.end()) return false;
-  const std::string value(it->second.data(), it->second.size());
-  double queue = 0, compute = 0;
-  char end = 0;
-  if (std::sscanf(value.c_str(), "queue=%lf,compute=%lf%c", &queue, &compute, &end) != 2) {
-    return false;
-  }
-  *queue_us = queue, *compute_us = compute;
-  return true;
 }
 
 }  // namespace attn::client

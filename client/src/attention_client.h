@@ -12,6 +12,7 @@
 #include "attention/v1/attention.grpc.pb.h"
 #include "attn/status.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "request_builder.h"
 
 namespace attn::client {
 
@@ -46,15 +47,6 @@ StatusOr<std::shared_ptr<grpc::Channel>> OpenChannel(const std::string& target,
 std::shared_ptr<grpc::Channel> Connect(const std::string& target,
                                        const ChannelOptions& options = {});
 
-// The token in `path`: its first non-blank line, trimmed.
-StatusOr<std::string> ReadTokenFile(const std::string& path);
-
-// The server's split of a call's time, from its trailing metadata
-// `attn-timing-us: queue=<us>,compute=<us>`. False (and -1s) when the call
-// carries none (it never reached a CPU) or the value does not parse.
-bool ServerTiming(const std::multimap<grpc::string_ref, grpc::string_ref>& trailing,
-                  double* queue_us, double* compute_us);
-
 class AttentionClient {
  public:
   explicit AttentionClient(std::shared_ptr<grpc::Channel> channel);
@@ -69,8 +61,15 @@ class AttentionClient {
   grpc::Status MultiHeadAttention(const attention::v1::MultiHeadAttentionRequest& req,
                                   attention::v1::AttentionResponse* resp,
                                   std::chrono::milliseconds timeout = {});
+  // The RPC of `call.op`.
+  grpc::Status Call(const AttentionCall& call, attention::v1::AttentionResponse* resp,
+                    std::chrono::milliseconds timeout = {});
   grpc::Status ListModels(attention::v1::ListModelsResponse* resp,
                           std::chrono::milliseconds timeout = {});
+  // The model `name` from ListModels: NOT_FOUND "--model: the server has no
+  // model '<name>'", or the call's own error.
+  StatusOr<attention::v1::ModelInfo> FindModel(const std::string& name,
+                                               std::chrono::milliseconds timeout = {});
   // grpc.health.v1.Health/Check for `service` ("" is the whole server);
   // *status is "SERVING", "NOT_SERVING", ...
   grpc::Status Health(const std::string& service, std::string* status,

@@ -2,8 +2,10 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "attn/json.h"
@@ -67,51 +69,34 @@ void FormatRec(const HostArray& a, size_t dim, int64_t offset, int precision, st
 
 int64_t HostArray::numel() const { return static_cast<int64_t>(values.size()); }
 
+HostArray RandomArray(Shape shape, std::mt19937& rng, float stddev) {
+  HostArray a;
+  a.shape = std::move(shape);
+  std::normal_distribution<float> dist(0.0f, stddev);
+  a.values.resize(static_cast<size_t>(NumElements(a.shape)));
+  for (auto& v : a.values) v = dist(rng);
+  return a;
+}
+
 attention::v1::Tensor ToWire(const HostArray& a, Encoding encoding) {
   attention::v1::Tensor t;
-  t.mutable_shape()->Add(a.shape.begin(), a.shape.end());
-  t.set_dtype(a.is_bool ? attention::v1::DATA_TYPE_BOOL : attention::v1::DATA_TYPE_FLOAT32);
-  if (encoding == Encoding::kValues) {
-    t.mutable_values()->Add(a.values.begin(), a.values.end());
-  } else if (a.is_bool) {
-    std::string bytes(a.values.size(), '\0');
-    for (size_t i = 0; i < a.values.size(); ++i) bytes[i] = a.values[i] != 0 ? 1 : 0;
-    t.set_data(std::move(bytes));
-  } else {
-    t.set_data(reinterpret_cast<const char*>(a.values.data()), a.values.size() * sizeof(float));
-  }
+  wire::EncodeDense(a.shape, a.values.data(), a.values.size(),
+                    a.is_bool ? DataType::kBool : DataType::kFloat32, encoding, &t);
   return t;
 }
 
 StatusOr<HostArray> FromWire(const attention::v1::Tensor& t, const std::string& what) {
+  const bool is_bool = t.dtype() == attention::v1::DATA_TYPE_BOOL;
+  wire::DecodedTensor d;
+  ATTN_RETURN_IF_ERROR(wire::DecodeTensor(t, what, is_bool ? DataType::kBool : DataType::kFloat32,
+                                          std::numeric_limits<int64_t>::max(), &d));
   HostArray a;
-  a.shape.assign(t.shape().begin(), t.shape().end());
-  auto n = CheckedNumElements(a.shape, what);
-  if (!n.ok()) return n.status();
-  const int dtype = t.dtype();
-  a.is_bool = dtype == attention::v1::DATA_TYPE_BOOL;
-  if (!a.is_bool && dtype != attention::v1::DATA_TYPE_FLOAT32 &&
-      dtype != attention::v1::DATA_TYPE_UNSPECIFIED) {
-    return Status::Unimplemented(what + ": dtype " + std::to_string(dtype) + " not supported");
-  }
-  if (t.values_size() > 0 || (t.data().empty() && *n > 0)) {
-    if (t.values_size() != *n) {
-      return Status::InvalidArgument(what + ": " + std::to_string(t.values_size()) +
-                                     " values for shape " + ShapeToString(a.shape));
-    }
-    a.values.assign(t.values().begin(), t.values().end());
-    return a;
-  }
-  const size_t elem = a.is_bool ? 1 : 4;
-  if (t.data().size() != static_cast<size_t>(*n) * elem) {
-    return Status::InvalidArgument(what + ": " + std::to_string(t.data().size()) +
-                                   " bytes for shape " + ShapeToString(a.shape));
-  }
-  a.values.resize(static_cast<size_t>(*n));
-  if (a.is_bool) {
-    for (int64_t i = 0; i < *n; ++i) a.values[i] = t.data()[i] != 0 ? 1.0f : 0.0f;
-  } else {
-    std::memcpy(a.values.data(), t.data().data(), t.data().size());
+  a.shape = d.view.shape;
+  a.is_bool = is_bool;
+  const size_t n = static_cast<size_t>(NumElements(a.shape));
+  a.values.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    a.values[i] = is_bool ? (d.view.u8()[i] != 0 ? 1.0f : 0.0f) : d.view.f32()[i];
   }
   return a;
 }
@@ -127,7 +112,7 @@ StatusOr<HostArray> ParseJsonArray(const std::string& text, const std::string& w
   return a;
 }
 
-StatusOr<HostArray> ReadNpyUnchecked(const std::string& path) {
+StatusOr<HostArray> ReadNpy(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::NotFound(path + ": cannot open");
   std::stringstream buf;
@@ -169,7 +154,15 @@ StatusOr<HostArray> ReadNpyUnchecked(const std::string& path) {
     const auto comma = shape_s.find(',', i);
     const std::string num =
         shape_s.substr(i, (comma == std::string::npos ? shape_s.size() - 1 : comma) - i);
-    if (num.find_first_not_of(' ') != std::string::npos) a.shape.push_back(std::stoll(num));
+    if (num.find_first_not_of(' ') != std::string::npos) {
+      char* end = nullptr;
+      const long long dim = std::strtoll(num.c_str(), &end, 10);
+      if (end == num.c_str() ||
+          num.find_first_not_of(' ', end - num.c_str()) != std::string::npos) {
+        return bad("malformed .npy header");
+      }
+      a.shape.push_back(dim);
+    }
     if (comma == std::string::npos) break;
     i = comma + 1;
   }
@@ -196,14 +189,6 @@ StatusOr<HostArray> ReadNpyUnchecked(const std::string& path) {
   }
   a.is_bool = elem == 1;
   return a;
-}
-
-StatusOr<HostArray> ReadNpy(const std::string& path) {
-  try {
-    return ReadNpyUnchecked(path);
-  } catch (const std::exception&) {  // std::stoll on a malformed shape
-    return Status::InvalidArgument(path + ": malformed .npy header");
-  }
 }
 
 Status WriteNpy(const std::string& path, const HostArray& a) {

@@ -3,17 +3,19 @@
 // build requests with.
 #pragma once
 
+#include <random>
 #include <string>
 #include <vector>
 
 #include "attention/v1/attention.pb.h"
 #include "attn/status.h"
 #include "attn/tensor.h"
+#include "wire/tensor_codec.h"
 
 namespace attn::client {
 
 // How tensors travel: raw little-endian `data` bytes, or the `values` array.
-enum class Encoding { kData, kValues };
+using Encoding = wire::Encoding;
 
 // A dense, row-major float32 or bool array (bool elements stored as 0/1).
 struct HostArray {
@@ -24,9 +26,14 @@ struct HostArray {
   int64_t numel() const;
 };
 
-// To the wire, as FLOAT32 or BOOL.
+// N(0, stddev) floats of `shape`, drawn from `rng`.
+HostArray RandomArray(Shape shape, std::mt19937& rng, float stddev = 1.0f);
+
+// To the wire, as FLOAT32 or BOOL (wire::EncodeDense).
 attention::v1::Tensor ToWire(const HostArray& a, Encoding encoding);
-// From the wire: FLOAT32 (or unspecified) and BOOL, from data or values.
+// From the wire: FLOAT32 (or unspecified) and BOOL, from data or values,
+// decoded by wire::DecodeTensor, so a malformed tensor gets the same code and
+// message as the server gives it.
 StatusOr<HostArray> FromWire(const attention::v1::Tensor& t, const std::string& what);
 
 // Nested JSON arrays of numbers (or true/false), e.g. "[[1,0],[0,1]]".

@@ -9,9 +9,9 @@
 
 #include "attn/attention.h"
 #include "attn/cpu_info.h"
-#include "attn/files.h"
 #include "attn/threading.h"
 #include "server_log.h"
+#include "wire/secret_files.h"
 
 namespace attn::server {
 namespace {
@@ -42,15 +42,15 @@ Status WarmUp(const ModelRegistry& models, int threads) {
 
 StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const ServerConfig& config) {
   if (config.tls_cert.empty()) return grpc::InsecureServerCredentials();
-  auto cert = ReadPemFile("--tls-cert", config.tls_cert);
+  auto cert = wire::ReadPemFile("--tls-cert", config.tls_cert);
   if (!cert.ok()) return cert.status();
-  auto key = ReadPemFile("--tls-key", config.tls_key);
+  auto key = wire::ReadPemFile("--tls-key", config.tls_key);
   if (!key.ok()) return key.status();
   grpc::SslServerCredentialsOptions ssl(
       config.tls_client_ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
                                    : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
   if (!config.tls_client_ca.empty()) {
-    auto ca = ReadPemFile("--tls-client-ca", config.tls_client_ca);
+    auto ca = wire::ReadPemFile("--tls-client-ca", config.tls_client_ca);
     if (!ca.ok()) return ca.status();
     ssl.pem_root_certs = *ca;
   }
@@ -111,8 +111,8 @@ StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerCo
   builder.SetMaxSendMessageSize(static_cast<int>(config.limits.max_message_bytes));
   s->server_ = builder.BuildAndStart();
   if (!s->server_ || s->port_ == 0) {
-    return Status(StatusCode::kFailedPrecondition,
-                  "cannot listen on " + address + " (in use, or a bad address?)");
+    return Status::FailedPrecondition("cannot listen on " + address +
+                                      " (in use, or a bad address?)");
   }
   s->SetServing(false);
   if (s->metrics_) {
@@ -197,7 +197,7 @@ std::string AttentionServer::RenderMetrics() const {
 }
 
 Status AttentionServer::ReloadTokens() {
-  if (!auth_) return Status(StatusCode::kFailedPrecondition, "no --auth-token-file to reload");
+  if (!auth_) return Status::FailedPrecondition("no --auth-token-file to reload");
   Status st = auth_->Reload();
   LogMessage(st.ok() ? spdlog::level::info : spdlog::level::warn,
              st.ok() ? fmt::format("reloaded --auth-token-file: {} tokens", auth_->size())

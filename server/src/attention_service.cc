@@ -8,7 +8,8 @@
 
 #include "request_adapter.h"
 #include "server_log.h"
-#include "status_mapping.h"
+#include "wire/status_mapping.h"
+#include "wire/timing_trailer.h"
 
 namespace attn::server {
 
@@ -16,16 +17,6 @@ namespace {
 
 double SecondsBetween(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
-}
-
-// The value of `attn-timing-us`: "queue=12,compute=345", in microseconds.
-// One entry rather than two: each custom trailer costs both ends HPACK and
-// metadata work on every call (two of them cost small calls ~2% req/s).
-std::string TimingValue(Clock::duration queue, Clock::duration compute) {
-  using std::chrono::duration_cast;
-  using std::chrono::microseconds;
-  return "queue=" + std::to_string(duration_cast<microseconds>(queue).count()) +
-         ",compute=" + std::to_string(duration_cast<microseconds>(compute).count());
 }
 
 }  // namespace
@@ -67,12 +58,13 @@ class CallReactor final : public grpc::ServerUnaryReactor {
     const bool computed = began != Clock::time_point{};
     if (computed) {
       // Where the time went, for load testers: waiting for a CPU, computing.
-      ctx_->AddTrailingMetadata("attn-timing-us", TimingValue(began - start_, now - began));
+      ctx_->AddTrailingMetadata(wire::kTimingTrailer,
+                                wire::TimingTrailerValue(began - start_, now - began));
     }
     service_->Account(rpc_, call_.get(), st, start_, began, now, bytes_in_,
                       st.ok() ? resp : nullptr, ctx_);
     service_->in_flight_.fetch_sub(1, std::memory_order_relaxed);
-    Finish(ToGrpcStatus(st));
+    Finish(wire::ToGrpcStatus(st));
   }
 
  private:
@@ -161,17 +153,15 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Handle(Rpc rpc, grpc::CallbackSe
           std::chrono::duration_cast<std::chrono::milliseconds>(began - reactor->start()).count();
       result = call->cancelled
                    ? Status::Cancelled("cancelled while waiting for a CPU; not computed")
-                   : Status(StatusCode::kDeadlineExceeded,
-                            "deadline passed after " + std::to_string(waited_ms) +
-                                " ms waiting for a CPU; not computed");
+                   : Status::DeadlineExceeded("deadline passed after " + std::to_string(waited_ms) +
+                                              " ms waiting for a CPU; not computed");
     } else {
-      try {
+      // Core throws nothing; this is a last guard.
+      result = GuardExceptions("unexpected error", [&] {
         auto out = call->compute(granted, IntoResponse(call->encoding, resp));
-        result =
-            out.ok() ? EncodeResponse(*out, call->encoding, options_.limits, resp) : out.status();
-      } catch (const std::exception& e) {  // core throws nothing; this is a last guard
-        result = Status::Internal(std::string("unexpected error: ") + e.what());
-      }
+        return out.ok() ? EncodeResponse(*out, call->encoding, options_.limits, resp)
+                        : out.status();
+      });
     }
     reactor->Done(result, resp, began);
   };
@@ -226,7 +216,7 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::ListModels(
   }
   Account(Rpc::kListModels, nullptr, st, start, {}, Clock::now(), 0, resp, ctx);
   auto* reactor = ctx->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(st));
+  reactor->Finish(wire::ToGrpcStatus(st));
   return reactor;
 }
 

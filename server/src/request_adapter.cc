@@ -18,8 +18,8 @@ std::string Num(double v) {
 StatusOr<TensorView> Decode(const attention::v1::Tensor& t, const std::string& field,
                             DataType dtype, const RequestLimits& limits, PreparedCall* call) {
   call->tensors.emplace_back();
-  DecodedTensor& d = call->tensors.back();
-  ATTN_RETURN_IF_ERROR(DecodeTensor(t, field, dtype, limits.max_tensor_elements, &d));
+  wire::DecodedTensor& d = call->tensors.back();
+  ATTN_RETURN_IF_ERROR(wire::DecodeTensor(t, field, dtype, limits.max_tensor_elements, &d));
   call->fields.push_back(field);
   return d.view;
 }
@@ -203,7 +203,7 @@ Status SingleHeadOnly(const ResolvedProjections& proj, const std::string& model,
 std::string PreparedCall::Shapes() const {
   std::string s;
   size_t i = 0;
-  for (const DecodedTensor& t : tensors) {
+  for (const wire::DecodedTensor& t : tensors) {
     if (i >= fields.size()) break;
     if (!s.empty()) s += ' ';
     s += fields[i++] + ShapeToString(t.view.shape);
@@ -307,13 +307,13 @@ Status PrepareMultiHeadAttention(const attention::v1::MultiHeadAttentionRequest&
   return PrepareMha(q, k, v, opt, limits, call);
 }
 
-OutputAllocator IntoResponse(Encoding encoding, attention::v1::AttentionResponse* resp) {
-  if (encoding != Encoding::kData) return {};
-  return [resp](const Shape& shape) { return OutputBytes(shape, resp->mutable_output()); };
+OutputAllocator IntoResponse(wire::Encoding encoding, attention::v1::AttentionResponse* resp) {
+  if (encoding != wire::Encoding::kData) return {};
+  return [resp](const Shape& shape) { return wire::OutputBytes(shape, resp->mutable_output()); };
 }
 
-Status EncodeResponse(const AttentionResult& result, Encoding encoding, const RequestLimits& limits,
-                      attention::v1::AttentionResponse* resp) {
+Status EncodeResponse(const AttentionResult& result, wire::Encoding encoding,
+                      const RequestLimits& limits, attention::v1::AttentionResponse* resp) {
   // From the shape: an output written in place has no data here.
   const int64_t output_elements = NumElements(result.output.shape);
   const double bytes =
@@ -321,9 +321,9 @@ Status EncodeResponse(const AttentionResult& result, Encoding encoding, const Re
   ATTN_RETURN_IF_ERROR(CheckResponseBytes(bytes, limits));
   // An output written through IntoResponse is in place: shape, dtype, bytes.
   if (!(result.output.data.empty() && output_elements > 0)) {
-    EncodeTensor(result.output, encoding, resp->mutable_output());
+    wire::EncodeTensor(result.output, encoding, resp->mutable_output());
   }
-  if (result.weights) EncodeTensor(*result.weights, encoding, resp->mutable_weights());
+  if (result.weights) wire::EncodeTensor(*result.weights, encoding, resp->mutable_weights());
   return Status::Ok();
 }
 

@@ -1,17 +1,11 @@
 #include "token_auth.h"
 
 #include <cctype>
-#include <fstream>
+
+#include "wire/secret_files.h"
 
 namespace attn::server {
 namespace {
-
-std::string Trim(const std::string& s) {
-  size_t b = 0, e = s.size();
-  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
-  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
-  return s.substr(b, e - b);
-}
 
 // Compares in time that depends on the lengths only, not on where the first
 // difference is.
@@ -25,20 +19,9 @@ bool ConstantTimeEquals(const std::string& a, const char* b, size_t n) {
 }  // namespace
 
 Status TokenAuth::Load(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Status::InvalidArgument("--auth-token-file " + path + ": cannot open");
-  auto tokens = std::make_shared<std::vector<std::string>>();
-  std::string line;
-  while (std::getline(in, line)) {
-    line = Trim(line);
-    if (line.empty() || line[0] == '#') continue;
-    tokens->push_back(line);
-  }
-  if (in.bad()) return Status::InvalidArgument("--auth-token-file " + path + ": read error");
-  if (tokens->empty()) {
-    return Status::InvalidArgument("--auth-token-file " + path +
-                                   ": no token in it (one token per line)");
-  }
+  auto read = wire::ReadTokenFile("--auth-token-file", path);
+  if (!read.ok()) return read.status();
+  auto tokens = std::make_shared<std::vector<std::string>>(std::move(*read));
   std::lock_guard<std::mutex> lock(mu_);
   tokens_ = std::move(tokens);
   path_ = path;
@@ -51,8 +34,7 @@ Status TokenAuth::Reload() {
     std::lock_guard<std::mutex> lock(mu_);
     path = path_;
   }
-  if (path.empty())
-    return Status(StatusCode::kFailedPrecondition, "no --auth-token-file to reload");
+  if (path.empty()) return Status::FailedPrecondition("no --auth-token-file to reload");
   return Load(path);
 }
 
@@ -63,7 +45,7 @@ size_t TokenAuth::size() const {
 
 Status TokenAuth::Check(const char* value, size_t length) const {
   if (value == nullptr) {
-    return Status(StatusCode::kUnauthenticated, "missing 'authorization: Bearer <token>' metadata");
+    return Status::Unauthenticated("missing 'authorization: Bearer <token>' metadata");
   }
   static constexpr char kScheme[] = "bearer ";
   constexpr size_t kSchemeLen = sizeof(kScheme) - 1;
@@ -72,8 +54,7 @@ Status TokenAuth::Check(const char* value, size_t length) const {
     scheme_ok = std::tolower(static_cast<unsigned char>(value[i])) == kScheme[i];
   }
   if (!scheme_ok) {
-    return Status(StatusCode::kUnauthenticated,
-                  "the authorization metadata is not 'Bearer <token>'");
+    return Status::Unauthenticated("the authorization metadata is not 'Bearer <token>'");
   }
   std::shared_ptr<const std::vector<std::string>> tokens;
   {
@@ -85,7 +66,7 @@ Status TokenAuth::Check(const char* value, size_t length) const {
     for (const auto& t : *tokens)
       ok |= ConstantTimeEquals(t, value + kSchemeLen, length - kSchemeLen);
   }
-  if (!ok) return Status(StatusCode::kUnauthenticated, "invalid bearer token");
+  if (!ok) return Status::Unauthenticated("invalid bearer token");
   return Status::Ok();
 }
 

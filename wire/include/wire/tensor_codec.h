@@ -1,4 +1,5 @@
-// Wire tensors (attention.v1.Tensor) to core views and back.
+// Wire tensors (attention.v1.Tensor) to core views and back: the only place
+// a wire Tensor is decoded or encoded, for the server and the client alike.
 //
 // Decoding does not copy float data: a view points into the request's `data`
 // bytes or `values` array, so the request must outlive the view. Only a BOOL
@@ -13,7 +14,7 @@
 #include "attn/status.h"
 #include "attn/tensor.h"
 
-namespace attn::server {
+namespace attn::wire {
 
 // How a tensor's elements travel: raw `data` bytes or the `values` array.
 enum class Encoding { kData, kValues };
@@ -40,7 +41,14 @@ float* OutputBytes(const Shape& shape, attention::v1::Tensor* dst);
 // Writes `src` into `dst` in `encoding` (FLOAT32).
 void EncodeTensor(const Tensor& src, Encoding encoding, attention::v1::Tensor* dst);
 
+// Writes `shape` and the `n` dense row-major `values` into `dst` in
+// `encoding`, as FLOAT32, or as BOOL (value != 0) when `dtype` is kBool. `n`
+// is written as given, even when it does not match the shape (tests send
+// such tensors on purpose; the receiver refuses them).
+void EncodeDense(const Shape& shape, const float* values, size_t n, DataType dtype,
+                 Encoding encoding, attention::v1::Tensor* dst);
+
 // "DATA_TYPE_FLOAT32"
 std::string WireDataTypeName(int dtype);
 
-}  // namespace attn::server
+}  // namespace attn::wire

@@ -1,8 +1,8 @@
-#include "tensor_codec.h"
+#include "wire/tensor_codec.h"
 
 #include <cstring>
 
-namespace attn::server {
+namespace attn::wire {
 namespace {
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -96,15 +96,27 @@ float* OutputBytes(const Shape& shape, attention::v1::Tensor* dst) {
 }
 
 void EncodeTensor(const Tensor& src, Encoding encoding, attention::v1::Tensor* dst) {
+  EncodeDense(src.shape, src.data.data(), src.data.size(), DataType::kFloat32, encoding, dst);
+}
+
+void EncodeDense(const Shape& shape, const float* values, size_t n, DataType dtype,
+                 Encoding encoding, attention::v1::Tensor* dst) {
+  const bool is_bool = dtype == DataType::kBool;
   dst->Clear();
-  dst->mutable_shape()->Add(src.shape.begin(), src.shape.end());
-  dst->set_dtype(attention::v1::DATA_TYPE_FLOAT32);
-  if (encoding == Encoding::kValues) {
-    dst->mutable_values()->Add(src.data.begin(), src.data.end());
+  dst->mutable_shape()->Add(shape.begin(), shape.end());
+  dst->set_dtype(is_bool ? attention::v1::DATA_TYPE_BOOL : attention::v1::DATA_TYPE_FLOAT32);
+  if (encoding == Encoding::kValues && !is_bool) {
+    dst->mutable_values()->Add(values, values + n);
+  } else if (encoding == Encoding::kValues) {
+    dst->mutable_values()->Reserve(static_cast<int>(n));
+    for (size_t i = 0; i < n; ++i) dst->add_values(values[i] != 0 ? 1.0f : 0.0f);
+  } else if (is_bool) {
+    std::string* bytes = dst->mutable_data();
+    bytes->resize(n);
+    for (size_t i = 0; i < n; ++i) (*bytes)[i] = values[i] != 0 ? 1 : 0;
   } else {
-    dst->mutable_data()->assign(reinterpret_cast<const char*>(src.data.data()),
-                                src.data.size() * sizeof(float));
+    dst->mutable_data()->assign(reinterpret_cast<const char*>(values), n * sizeof(float));
   }
 }
 
-}  // namespace attn::server
+}  // namespace attn::wire

@@ -1,0 +1,254 @@
+#include "flags.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+namespace attn::client {
+namespace {
+
+// Flags renamed when the two parsers became one: a hint, not an alias.
+const std::map<std::string, std::string> kRenamed = {
+    {"--timeout-ms", "--timeout (e.g. --timeout 500ms)"},
+    {"--heads", "--num-heads"},
+};
+
+const FlagSpec* Find(const std::string& name) {
+  for (const FlagSpec& f : FlagTable()) {
+    if (name == f.name) return &f;
+  }
+  return nullptr;
+}
+
+bool AppliesTo(const FlagSpec& f, const std::string& command) {
+  if (std::string(f.commands) == "*") return true;
+  std::istringstream words(f.commands);
+  for (std::string w; words >> w;) {
+    if (w == command) return true;
+  }
+  return false;
+}
+
+bool IsCommand(const std::string& word) {
+  for (const auto& c : Commands()) {
+    if (c == word) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+const std::vector<std::string>& Commands() {
+  static const std::vector<std::string> kCommands = {"health", "models", "attention",
+                                                     "cross",  "mha",    "bench"};
+  return kCommands;
+}
+
+// clang-format off
+const std::vector<FlagSpec>& FlagTable() {
+  static const std::vector<FlagSpec> kFlags = {
+    // Every command.
+    {"--target", "HOST:PORT", "*", "server (default localhost:50051)"},
+    {"--timeout", "DURATION", "*", "per-call deadline, e.g. 500ms, 30s, 2m (default 30s)"},
+    {"--max-message-mb", "N", "*", "largest message, both directions (default 64)"},
+    {"--tls", nullptr, "*", "TLS, trusting the system's CAs"},
+    {"--tls-ca", "FILE", "*", "TLS, trusting this PEM CA bundle"},
+    {"--tls-cert", "FILE", "*", "a client certificate (mutual TLS), with --tls-key"},
+    {"--tls-key", "FILE", "*", "the client certificate's key"},
+    {"--token-file", "FILE", "*", "send 'authorization: Bearer <token>' (its first token); or set ATTN_TOKEN"},
+    {"--retry", nullptr, "*", "retry calls that fail UNAVAILABLE (behind a balancer)"},
+    // health
+    {"--service", "NAME", "health", "the service to check (default: the whole server)"},
+    // The attention calls, one call or a load.
+    {"--model", "NAME", "attention cross mha bench", "server-side weights"},
+    {"--num-heads", "N", "mha bench", "heads (mha: taken from the model when 0; bench: inline shapes, default 1)"},
+    {"--causal", nullptr, "attention cross mha bench", "query i never sees key j > i"},
+    {"--encoding", "raw|values", "attention cross mha bench", "how tensors travel: raw bytes or repeated float (default raw)"},
+    {"--seed", "N", "attention cross mha bench", "for the random inputs (default 0)"},
+    // One call.
+    {"--query", "ARR", "attention mha", "a JSON array, or a .npy file"},
+    {"--key", "ARR", "attention mha", "(default: the query)"},
+    {"--value", "ARR", "attention mha", "(default: the key)"},
+    {"--decoder", "ARR", "cross", "the queries' side"},
+    {"--encoder", "ARR", "cross", "the keys' and values' side"},
+    {"--random", "B,L", "attention cross mha", "random inputs sized from --model (B,L,D without a model)"},
+    {"--key-padding-mask", "ARR", "attention cross mha", "bool [B, Lk], true = ignore that key"},
+    {"--attn-bias", "ARR", "attention cross mha", "float, added to the scores"},
+    {"--scale", "F", "attention cross", "score scale (default 1/sqrt(D))"},
+    {"--return-weights", nullptr, "attention cross mha", "also print (or write) the attention weights"},
+    {"--per-head-weights", nullptr, "mha", "weights per head instead of averaged"},
+    {"--output", "FILE.npy", "attention cross mha", "write the output instead of printing it"},
+    {"--weights-output", "FILE.npy", "attention cross mha", "write the weights instead of printing them"},
+    {"--precision", "N", "attention cross mha", "digits printed (default 4)"},
+    // A load.
+    {"--op", "attention|cross|mha|health", "bench", "what to call (default mha)"},
+    {"--batch", "B", "bench", "input batch (default 1)"},
+    {"--seq-q", "L", "bench", "query length (default 128)"},
+    {"--seq-k", "L", "bench", "key length (default: --seq-q)"},
+    {"--dim", "D", "bench", "inline width when no --model (default 64)"},
+    {"--concurrency", "N[,N...]", "bench", "calls in flight; a list sweeps (default 1)"},
+    {"--connections", "N", "bench", "channels (default 1)"},
+    {"--requests", "N", "bench", "measured calls per level (instead of --duration)"},
+    {"--duration", "DURATION", "bench", "per level (default 10s)"},
+    {"--rps", "R", "bench", "open loop at R calls/s (concurrency caps calls in flight)"},
+    {"--warmup", "DURATION", "bench", "not counted (default 1s)"},
+    {"--json", "FILE", "bench", "everything, machine-readable"},
+    {"--csv", "FILE", "bench", "one row per concurrency level"},
+    {"--verify", nullptr, "bench", "check every 16th response against core, locally"},
+    {"--no-progress", nullptr, "bench", "no live line on stderr"},
+  };
+  return kFlags;
+}
+// clang-format on
+
+StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args) {
+  CommandLine cl;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string name = args[i], value;
+    if (name == "--help" || name == "-h") {
+      cl.help = true;
+      continue;
+    }
+    if (name.rfind("-", 0) != 0) {
+      if (!cl.command.empty()) {
+        return Status::InvalidArgument("unexpected argument '" + name + "' after command '" +
+                                       cl.command + "' (flags take one value each)");
+      }
+      if (!IsCommand(name)) {
+        return Status::InvalidArgument("unknown command '" + name + "' (see --help)");
+      }
+      cl.command = name;
+      continue;
+    }
+    const auto eq = name.find('=');
+    const bool inline_value = eq != std::string::npos;
+    if (inline_value) value = name.substr(eq + 1), name = name.substr(0, eq);
+    const FlagSpec* spec = Find(name);
+    if (spec == nullptr) {
+      const auto renamed = kRenamed.find(name);
+      return Status::InvalidArgument(
+          "unknown " + (cl.command.empty() ? std::string() : cl.command + " ") + "flag '" + name +
+          "'" + (renamed != kRenamed.end() ? " (now " + renamed->second + ")" : " (see --help)"));
+    }
+    if (spec->value == nullptr) {
+      if (inline_value) return Status::InvalidArgument(name + ": takes no value");
+      cl.switches.insert(name);
+      continue;
+    }
+    if (!inline_value) {
+      if (i + 1 >= args.size()) return Status::InvalidArgument(name + ": missing value");
+      value = args[++i];
+    }
+    cl.values[name] = value;
+  }
+  if (cl.command.empty()) {
+    if (cl.help) return cl;
+    return Status::InvalidArgument("missing command (see --help)");
+  }
+  std::vector<std::string> given;
+  for (const auto& [name, value] : cl.values) given.push_back(name);
+  given.insert(given.end(), cl.switches.begin(), cl.switches.end());
+  for (const auto& name : given) {
+    if (!AppliesTo(*Find(name), cl.command)) {
+      return Status::InvalidArgument(name + ": not a flag of '" + cl.command + "' (see " +
+                                     cl.command + " --help)");
+    }
+  }
+  return cl;
+}
+
+bool CommandLine::has(const std::string& flag) const {
+  return values.count(flag) > 0 || switches.count(flag) > 0;
+}
+
+std::string CommandLine::get(const std::string& flag, const std::string& fallback) const {
+  const auto it = values.find(flag);
+  return it == values.end() ? fallback : it->second;
+}
+
+StatusOr<int64_t> ParseIntValue(const std::string& flag, const std::string& value, int64_t lo,
+                                int64_t hi) {
+  char* end = nullptr;
+  const long long x = std::strtoll(value.c_str(), &end, 10);
+  if (value.empty() || *end != '\0' || x < lo || x > hi) {
+    return Status::InvalidArgument(flag + ": expected an integer in [" + std::to_string(lo) + ", " +
+                                   std::to_string(hi) + "], got '" + value + "'");
+  }
+  return static_cast<int64_t>(x);
+}
+
+StatusOr<double> ParseSecondsValue(const std::string& flag, const std::string& value) {
+  double scale = 1;
+  std::string num = value;
+  if (value.size() > 2 && value.compare(value.size() - 2, 2, "ms") == 0) {
+    scale = 1e-3, num = value.substr(0, value.size() - 2);
+  } else if (!value.empty() && (value.back() == 's' || value.back() == 'm')) {
+    scale = value.back() == 'm' ? 60 : 1, num = value.substr(0, value.size() - 1);
+  }
+  char* end = nullptr;
+  const double x = std::strtod(num.c_str(), &end);
+  if (num.empty() || *end != '\0' || !std::isfinite(x) || x < 0) {
+    return Status::InvalidArgument(flag + ": expected a duration like 30s, 500ms or 2m, got '" +
+                                   value + "'");
+  }
+  return x * scale;
+}
+
+StatusOr<int64_t> CommandLine::Int(const std::string& flag, int64_t lo, int64_t hi,
+                                   int64_t fallback) const {
+  if (!values.count(flag)) return fallback;
+  return ParseIntValue(flag, values.at(flag), lo, hi);
+}
+
+StatusOr<double> CommandLine::Seconds(const std::string& flag, double fallback) const {
+  if (!values.count(flag)) return fallback;
+  return ParseSecondsValue(flag, values.at(flag));
+}
+
+StatusOr<std::string> CommandLine::Choice(const std::string& flag,
+                                          const std::vector<std::string>& choices,
+                                          const std::string& fallback) const {
+  if (!values.count(flag)) return fallback;
+  const std::string& v = values.at(flag);
+  std::string list;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    if (v == choices[i]) return v;
+    list += (i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + choices[i];
+  }
+  return Status::InvalidArgument(flag + ": expected " + list + ", got '" + v + "'");
+}
+
+std::string Usage(const std::string& command) {
+  std::ostringstream o;
+  auto flag_lines = [&](bool common) {
+    for (const FlagSpec& f : FlagTable()) {
+      const bool is_common = std::string(f.commands) == "*";
+      if (is_common != common || (!common && !AppliesTo(f, command))) continue;
+      std::string left = std::string("  ") + f.name + (f.value ? std::string(" ") + f.value : "");
+      if (left.size() < 30) left.resize(30, ' ');
+      o << left << " " << f.help << "\n";
+    }
+  };
+  if (command.empty()) {
+    o << "usage: attention-client COMMAND [flags]   (flags may come before or after COMMAND)\n\n"
+         "commands:\n"
+         "  health       grpc.health.v1 Check; exit 0 when SERVING\n"
+         "  models       list the server's models\n"
+         "  attention    scaled dot-product attention (query alone: self-attention)\n"
+         "  cross        cross-attention: --decoder and --encoder, with --model\n"
+         "  mha          multi-head attention (nn.MultiheadAttention), with --model\n"
+         "  bench        load test: closed or open loop, a concurrency sweep, JSON/CSV\n\n"
+         "inputs (ARR) are a JSON array like '[[1,0],[0,1]]' or a .npy file path.\n"
+         "attention-client COMMAND --help lists a command's own flags.\n\n"
+         "common flags:\n";
+    flag_lines(true);
+    return o.str();
+  }
+  o << "usage: attention-client " << command << " [flags]\n\n" << command << " flags:\n";
+  flag_lines(false);
+  o << "\ncommon flags:\n";
+  flag_lines(true);
+  return o.str();
+}
+
+}  // namespace attn::client

@@ -1,0 +1,102 @@
+#include "request_builder.h"
+
+namespace attn::client {
+namespace {
+
+// The fields every request type shares.
+template <typename Request>
+void SetShared(const CallSpec& s, Request* req) {
+  req->set_model(s.model);
+  req->set_causal(s.causal);
+  req->set_return_weights(s.return_weights);
+  if (s.key_padding_mask) {
+    HostArray mask = *s.key_padding_mask;
+    mask.is_bool = true;
+    *req->mutable_key_padding_mask() = ToWire(mask, s.encoding);
+  }
+  if (s.attn_bias) *req->mutable_attn_bias() = ToWire(*s.attn_bias, s.encoding);
+  if (s.projections.empty()) return;  // an empty field next to --model reads as both
+  attention::v1::Projections* p = req->mutable_projections();
+  const auto& w = s.projections;
+  *p->mutable_q_weight() = ToWire(w[0], s.encoding);
+  *p->mutable_k_weight() = ToWire(w[1], s.encoding);
+  *p->mutable_v_weight() = ToWire(w[2], s.encoding);
+  *p->mutable_q_bias() = ToWire(w[4], s.encoding);
+  *p->mutable_k_bias() = ToWire(w[5], s.encoding);
+  *p->mutable_v_bias() = ToWire(w[6], s.encoding);
+  if (s.op == "mha") {
+    *p->mutable_out_weight() = ToWire(w[3], s.encoding);
+    *p->mutable_out_bias() = ToWire(w[7], s.encoding);
+  }
+}
+
+template <typename Request>
+void SetQueryKeyValue(const CallSpec& s, Request* req) {
+  *req->mutable_query() = ToWire(s.query, s.encoding);
+  if (s.key) *req->mutable_key() = ToWire(*s.key, s.encoding);
+  if (s.value) *req->mutable_value() = ToWire(*s.value, s.encoding);
+}
+
+}  // namespace
+
+const google::protobuf::Message& AttentionCall::message() const {
+  if (op == "cross") return cross;
+  if (op == "mha") return mha;
+  return attention;
+}
+
+std::string AttentionCall::method() const {
+  const char* rpc = op == "cross" ? "CrossAttention"
+                    : op == "mha" ? "MultiHeadAttention"
+                                  : "Attention";
+  return std::string("/attention.v1.AttentionService/") + rpc;
+}
+
+StatusOr<AttentionCall> BuildCall(const CallSpec& s) {
+  AttentionCall call;
+  call.op = s.op;
+  if (s.op == "cross") {
+    if (s.query.shape.empty() || !s.key) {
+      return Status::InvalidArgument("cross: --decoder and --encoder (or --random) are required");
+    }
+    *call.cross.mutable_decoder() = ToWire(s.query, s.encoding);
+    *call.cross.mutable_encoder() = ToWire(*s.key, s.encoding);
+    SetShared(s, &call.cross);
+    if (s.scale) call.cross.set_scale(*s.scale);
+    return call;
+  }
+  if (s.query.shape.empty()) {
+    return Status::InvalidArgument(s.op + ": --query (or --random) is required");
+  }
+  if (s.op == "attention") {
+    SetQueryKeyValue(s, &call.attention);
+    SetShared(s, &call.attention);
+    if (s.scale) call.attention.set_scale(*s.scale);
+    return call;
+  }
+  if (s.op != "mha") return Status::InvalidArgument("op: expected attention, cross or mha");
+  if (s.scale) {
+    return Status::InvalidArgument(
+        "--scale: not a MultiHeadAttention field (scale is 1/sqrt(head_dim))");
+  }
+  SetQueryKeyValue(s, &call.mha);
+  SetShared(s, &call.mha);
+  call.mha.set_num_heads(static_cast<int32_t>(s.num_heads));
+  call.mha.set_per_head_weights(s.per_head_weights);
+  return call;
+}
+
+void FillRandomInputs(const InputSizes& z, std::mt19937& rng, CallSpec* spec) {
+  spec->query = RandomArray({z.batch, z.seq_q, z.embed_dim}, rng);
+  if (spec->op == "cross") {
+    spec->key = RandomArray({z.batch, z.seq_k, z.kdim}, rng);
+    spec->value.reset();
+    return;
+  }
+  spec->key.reset(), spec->value.reset();
+  if (z.seq_k == z.seq_q) return;
+  spec->key = RandomArray({z.batch, z.seq_k, z.kdim}, rng);
+  spec->value = RandomArray({z.batch, z.seq_k, z.vdim}, rng);
+}
+
+}  // namespace attn::client

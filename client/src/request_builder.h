@@ -1,0 +1,56 @@
+// The one request builder of attention-client: every command and the bench
+// describe a call as a CallSpec, and this turns it into the RPC's request.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attention/v1/attention.pb.h"
+#include "attn/status.h"
+#include "host_array.h"
+
+namespace attn::client {
+
+struct CallSpec {
+  std::string op;  // attention | cross | mha
+  std::string model;
+  Encoding encoding = Encoding::kData;
+  HostArray query;                      // cross: the decoder
+  std::optional<HostArray> key, value;  // cross: key is the encoder (value unused)
+  std::optional<HostArray> key_padding_mask, attn_bias;
+  std::optional<float> scale;  // attention and cross only
+  int64_t num_heads = 0;       // mha; 0 takes the model's
+  bool causal = false, return_weights = false, per_head_weights = false;
+  // Inline projections: q, k, v, out weights then q, k, v, out biases
+  // (nn.Linear layout); empty for none. out_* travel for mha only.
+  std::vector<HostArray> projections;
+};
+
+// A built request: the message of `op`, and its gRPC method path.
+struct AttentionCall {
+  std::string op;
+  attention::v1::AttentionRequest attention;
+  attention::v1::CrossAttentionRequest cross;
+  attention::v1::MultiHeadAttentionRequest mha;
+
+  const google::protobuf::Message& message() const;
+  std::string method() const;  // "/attention.v1.AttentionService/MultiHeadAttention"
+};
+
+// INVALID_ARGUMENT for a spec the RPC cannot carry (no query, a scale for
+// mha, a cross call without an encoder), naming the flag.
+StatusOr<AttentionCall> BuildCall(const CallSpec& spec);
+
+// Random N(0, stddev) inputs for `spec.op`: query [B, Lq, E]; for cross the
+// encoder [B, Lk, kdim]; for attention and mha key [B, Lk, kdim] and value
+// [B, Lk, vdim] only when Lk != Lq (else self-attention). Drawn in that
+// order from `rng`, so a seed gives the same inputs everywhere.
+struct InputSizes {
+  int64_t batch = 1, seq_q = 1, seq_k = 1, embed_dim = 1, kdim = 1, vdim = 1;
+};
+void FillRandomInputs(const InputSizes& sizes, std::mt19937& rng, CallSpec* spec);
+
+}  // namespace attn::client
