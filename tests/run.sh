@@ -5,13 +5,13 @@
 #                                AVX-512 machine the release tests run twice: again
 #                                with the AVX2 tier forced, ATTN_MAX_ISA=avx2), then
 #                                FUZZ_SECONDS (default 60) of libFuzzer (clang-14)
-#                                and a SOAK_SECONDS (default 60) soak (tests/soak.sh)
+#                                and a SOAK_SECONDS (default 60) soak (tests/scripts/soak.sh)
 #   tests/run.sh --no-sanitize   release build only (no ASan/UBSan build, no fuzzing)
 #   tests/run.sh --no-fuzz       skip the fuzzing
 #   tests/run.sh --no-soak       skip the soak
-#   tests/run.sh --all           also the container image (deploy/test-container.sh,
+#   tests/run.sh --all           also the container image (deploy/container_test.sh,
 #                                podman, minutes); replicas behind nginx with one
-#                                killed (deploy/test-lb.sh) run every time
+#                                killed (deploy/lb_test.sh) run every time
 #
 # Idempotent: packages already installed are not touched, builds are
 # incremental. BUILD_DIR (default build), SAN_BUILD_DIR (build-asan) and
@@ -87,13 +87,13 @@ if [ "$fuzz" = 1 ]; then
   rm -rf "$new_inputs"
 fi
 if [ "$soak" = 1 ]; then
-  echo "== soak ${SOAK_SECONDS:-60} s (tests/soak.sh)"
-  bash tests/soak.sh "$build_dir" "${SOAK_SECONDS:-60}"
+  echo "== soak ${SOAK_SECONDS:-60} s (tests/scripts/soak.sh)"
+  bash tests/scripts/soak.sh "$build_dir" "${SOAK_SECONDS:-60}"
 fi
-echo "== replicas behind nginx, one killed (deploy/test-lb.sh)"
-bash deploy/test-lb.sh "$build_dir" 6
+echo "== replicas behind nginx, one killed (deploy/lb_test.sh)"
+bash deploy/lb_test.sh "$build_dir" 6
 if [ "$all" = 1 ]; then
-  echo "== container image (deploy/test-container.sh)"
-  bash deploy/test-container.sh
+  echo "== container image (deploy/container_test.sh)"
+  bash deploy/container_test.sh
 fi
 echo "== all tests passed"

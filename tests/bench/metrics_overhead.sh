@@ -13,7 +13,7 @@ seconds=${3:-5}
 server="$build/bin/attention-server"
 client="$build/bin/attention-client"
 work=$(mktemp -d)
-. "$(dirname "$0")/../loopback.sh"
+. "$(dirname "$0")/../scripts/loopback.sh"
 trap 'kill ${pid:-} ${scraper:-} 2>/dev/null || true; rm -rf "$work"' EXIT
 
 run() {  # on|off -> req/s

@@ -22,7 +22,7 @@ out=${2:-$build/server-bench}
 secs=${3:-10}
 mkdir -p "$out"
 client="$build/bin/attention-client"
-. "$here/../loopback.sh"
+. "$here/../scripts/loopback.sh"
 . "$here/tiers.sh"
 tier=${ATTN_MAX_ISA:-$(cpu_tiers | head -1)}
 torch_env=$(torch_tier_env "$tier") || { echo "tier '$tier': not on this CPU (or unknown)" >&2; exit 2; }

@@ -5,7 +5,7 @@
 # same AttentionServer::Shutdown deterministically.)
 set -euo pipefail
 build=${1:?usage: $0 BUILD_DIR}
-. "$(dirname "$0")/loopback.sh"
+. "$(dirname "$0")/../scripts/loopback.sh"
 binary_test "$build"
 start_server "$log" --shutdown-grace 5
 [ "$("$client" health --target "127.0.0.1:$port")" = SERVING ]

@@ -6,7 +6,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:?usage: $0 BUILD_DIR}
 client="$build/bin/attention-client"
-. "$root/tests/loopback.sh"
+. "$root/tests/scripts/loopback.sh"
 port=$(free_port)
 log=$(mktemp)
 BUILD_DIR=$build "$root/deploy/run.sh" --host 127.0.0.1 --port "$port" >"$log" 2>&1 &

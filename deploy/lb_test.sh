@@ -8,7 +8,7 @@
 #   3. kills one replica (SIGKILL) in the middle of the run;
 #   4. checks that no call failed and that both replicas served calls, and
 #      prints the counts.
-#   deploy/test-lb.sh [BUILD_DIR] [SECONDS]
+#   deploy/lb_test.sh [BUILD_DIR] [SECONDS]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
@@ -25,7 +25,7 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
-. "$root/tests/loopback.sh"
+. "$root/tests/scripts/loopback.sh"
 
 ports=()
 for i in 1 2; do

@@ -2,9 +2,9 @@
 """Calls every RPC of a running server with the Python client and checks the
 results: the seed's worked example (float64 recomputation), cross-attention
 and multi-head attention on the demo models (shapes, finite values),
-ListModels and health. Used by deploy/test-container.sh.
+ListModels and health. Used by deploy/container_test.sh.
 
-    PYTHONPATH=STUBS:client/python /usr/bin/python3 tests/python/check_rpcs.py HOST:PORT
+    PYTHONPATH=STUBS:client/python /usr/bin/python3 tests/client/python/check_rpcs.py HOST:PORT
 """
 import sys
 

@@ -5,7 +5,7 @@
 # ~100 MiB; within 4 s of idleness RSS must be back within a third of that.
 set -euo pipefail
 build=${1:?usage: $0 BUILD_DIR}
-. "$(dirname "$0")/loopback.sh"
+. "$(dirname "$0")/../scripts/loopback.sh"
 binary_test "$build"
 start_server "$log" --threads 2
 rss() { awk '/VmRSS/ {print $2}' /proc/$pid/status; }

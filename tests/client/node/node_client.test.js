@@ -7,7 +7,7 @@ const assert = require('node:assert');
 const fs = require('fs');
 const path = require('path');
 const { spawn } = require('child_process');
-const { AttentionClient, grpc } = require('../../client/node/attention_client');
+const { AttentionClient, grpc } = require('../../../client/node/attention_client');
 
 const SERVER = process.env.ATTN_SERVER_BIN;
 const GOLDEN = process.env.ATTN_GOLDEN_DIR;

@@ -4,7 +4,7 @@
 # Python client, checks the process is not root, prints the image size, and
 # removes what it made. There is no Docker engine here: podman with runc and
 # a debootstrap'd base image stand in (see shared/notes/containers.md).
-#   deploy/test-container.sh
+#   deploy/container_test.sh
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -53,7 +53,7 @@ podman build --pull=never --isolation chroot -t "$image" -f Dockerfile . >"$work
 size=$(podman image inspect "$image" --format '{{.Size}}')
 echo "image size: $(( size / 1000000 )) MB"
 
-. tests/loopback.sh
+. tests/scripts/loopback.sh
 port=$(free_port)
 mport=$(free_port)
 podman run -d --name "$name" -p "127.0.0.1:$port:50051" -p "127.0.0.1:$mport:9090" "$image" >/dev/null
@@ -66,7 +66,7 @@ import sys; from attention_client import AttentionClient
 sys.exit(0 if AttentionClient('127.0.0.1:$port', timeout=1).health() == 'SERVING' else 1)" 2>/dev/null && break
   sleep 0.5
 done
-/usr/bin/python3 tests/python/check_rpcs.py "127.0.0.1:$port"
+/usr/bin/python3 tests/client/python/check_rpcs.py "127.0.0.1:$port"
 /usr/bin/python3 - "$mport" <<'PY' || { echo "FAIL: /metrics on 9090"; exit 1; }
 import sys, urllib.request
 text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=5).read().decode()

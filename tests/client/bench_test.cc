@@ -12,7 +12,6 @@
 #include "attention_server.h"
 #include "attn/json.h"
 #include "test_server.h"
-#include "wire/timing_trailer.h"
 
 namespace attn {
 namespace {
@@ -59,21 +58,6 @@ TEST(BenchFlags, BadValuesAreRejectedWithTheFlag) {
     EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
     EXPECT_NE(c.status().message().find(msg), std::string::npos) << c.status().message();
   }
-}
-
-TEST(ServerTiming, ParsesTheTrailerAndRejectsMalformedValues) {
-  using Trailing = std::multimap<grpc::string_ref, grpc::string_ref>;
-  double queue = 0, compute = 0;
-  EXPECT_TRUE(
-      wire::ServerTiming(Trailing{{"attn-timing-us", "queue=12,compute=345"}}, &queue, &compute));
-  EXPECT_EQ(queue, 12);
-  EXPECT_EQ(compute, 345);
-  for (const char* bad : {"queue=12", "compute=3,queue=4", "queue=1,compute=2x", "", "12,345"}) {
-    EXPECT_FALSE(wire::ServerTiming(Trailing{{"attn-timing-us", bad}}, &queue, &compute)) << bad;
-    EXPECT_EQ(queue, -1);
-    EXPECT_EQ(compute, -1);
-  }
-  EXPECT_FALSE(wire::ServerTiming(Trailing{{"other", "queue=1,compute=2"}}, &queue, &compute));
 }
 
 TEST(BenchRun, ShortLoopbackRunGivesACompleteJsonReport) {

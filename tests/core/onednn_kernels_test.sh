@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every attention-core-bench shape once with ONEDNN_VERBOSE=1 and fails
 # if oneDNN executed any reference ("ref") implementation, or anything that is
-# not a brg/jit kernel, or if the matmul or softmax primitive never ran. Usage: check_onednn_kernels.sh path/to/attention-core-bench
+# not a brg/jit kernel, or if the matmul or softmax primitive never ran. Usage: onednn_kernels_test.sh path/to/attention-core-bench
 set -euo pipefail
 bench=${1:?usage: $0 path/to/attention-core-bench}
 log=$(mktemp)
