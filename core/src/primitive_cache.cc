@@ -4,6 +4,7 @@
 #include <functional>
 #include <list>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -264,14 +265,11 @@ void Matmul(const MatmulShape& shape, const float* a, const float* b, float* c, 
     SetHandle(m.bias, bias);
     args[nargs++].memory = m.bias.get();
   }
-  if (m.prim->team_set_at_execute) {
-    // The thread budget must hold at execute time too (a 1-thread call
-    // must not start a team); brgemm needs nothing here.
-    ScopedOmpThreads team(shape.threads);
-    Execute(m.prim->primitive, exec.Stream(), nargs, args);
-  } else {
-    Execute(m.prim->primitive, exec.Stream(), nargs, args);
-  }
+  // The thread budget must hold at execute time too for gemm:jit (a 1-thread
+  // call must not start a team); brgemm needs nothing here.
+  std::optional<ScopedOmpThreads> team;
+  if (m.prim->team_set_at_execute) team.emplace(shape.threads);
+  Execute(m.prim->primitive, exec.Stream(), nargs, args);
 }
 
 void Softmax(const SoftmaxShape& shape, float* data) {

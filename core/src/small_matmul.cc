@@ -2,12 +2,11 @@
 
 #include <immintrin.h>
 
+#include "avx2_util.h"
 #include "isa_cap.h"
 
 namespace attn::internal {
 namespace {
-
-#define ATTN_AVX2 __attribute__((target("avx2,fma")))
 
 // Rows [0, R) by up to 16 columns of C: 2R accumulators stay in registers for
 // the whole k loop. Masked loads and stores cover column tails and never
@@ -32,15 +31,10 @@ ATTN_AVX2 inline void Tile(int64_t k, const float* a, int64_t lda, const float* 
   }
 }
 
-ATTN_AVX2 inline __m256i LaneMask(int64_t lanes) {  // lanes may be <= 0 or >= 8
-  const int n = lanes <= 0 ? 0 : lanes >= 8 ? 8 : static_cast<int>(lanes);
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
 ATTN_AVX2 void SmallMatmulAvx2(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                                const float* b, int64_t ldb, float* c, int64_t ldc) {
   for (int64_t j = 0; j < n; j += 16) {
-    const __m256i mask0 = LaneMask(n - j), mask1 = LaneMask(n - j - 8);
+    const __m256i mask0 = LaneMask256(n - j), mask1 = LaneMask256(n - j - 8);
     int64_t i = 0;
     for (; i + 4 <= m; i += 4)
       Tile<4>(k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, mask0, mask1);

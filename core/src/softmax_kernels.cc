@@ -1,5 +1,6 @@
 #include "softmax_kernels.h"
 
+#include "avx2_util.h"
 #include "isa_cap.h"
 
 // GCC 12 warns about _mm512_undefined_ps inside its own intrinsic headers
@@ -50,8 +51,6 @@ void ScaleAddPortable(float* x, int64_t n, float a, const float* bias) {
 
 // ---- AVX2 + FMA kernels -----------------------------------------------------
 
-#define ATTN_AVX2 __attribute__((target("avx2,fma")))
-
 // The Exp512 below with AVX2's tools: no scalef, so 2^n is built in the
 // exponent field, which holds n in [-126, 127]; x is clamped to that range and
 // anything whose exp is below FLT_MIN gives 0 (softmax sums are >= 1, so the
@@ -75,12 +74,6 @@ ATTN_AVX2 inline __m256 Exp256(__m256 x) {
   const __m256i bits =
       _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(bits)));
-}
-
-// Lanes [0, rest) set, for a tail of 1 to 7 elements.
-ATTN_AVX2 inline __m256i TailMask256(int64_t rest) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(rest)),
-                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
 ATTN_AVX2 inline float ReduceMax256(__m256 v) {
@@ -112,7 +105,7 @@ ATTN_AVX2 float ScaledMaxAvx2(const float* x, int64_t n, float scale) {
     m1 = _mm256_max_ps(m1, b);
   }
   for (; i < n; i += 8) {
-    const __m256i k = n - i >= 8 ? _mm256_set1_epi32(-1) : TailMask256(n - i);
+    const __m256i k = n - i >= 8 ? _mm256_set1_epi32(-1) : LaneMask256(n - i);
     __m256 a = _mm256_mul_ps(_mm256_maskload_ps(x + i, k), s);
     a = _mm256_blendv_ps(neg_inf, a, _mm256_castsi256_ps(k));
     nan = _mm256_or_ps(nan, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
@@ -136,7 +129,7 @@ ATTN_AVX2 float ExpSumAvx2(float* x, int64_t n, float scale, float m) {
     acc1 = _mm256_add_ps(acc1, e1);
   }
   for (; i < n; i += 8) {
-    const __m256i k = n - i >= 8 ? _mm256_set1_epi32(-1) : TailMask256(n - i);
+    const __m256i k = n - i >= 8 ? _mm256_set1_epi32(-1) : LaneMask256(n - i);
     const __m256 e = Exp256(_mm256_fmsub_ps(_mm256_maskload_ps(x + i, k), s, mv));
     _mm256_maskstore_ps(x + i, k, e);
     acc0 = _mm256_add_ps(acc0, _mm256_and_ps(e, _mm256_castsi256_ps(k)));

@@ -62,22 +62,25 @@ Shape DenseStrides(const Shape& shape) {
   return strides;
 }
 
-TensorView TensorView::Dense(const float* data, Shape shape) {
+namespace {
+
+TensorView DenseView(DataType dtype, const void* data, Shape shape) {
   TensorView v;
-  v.dtype = DataType::kFloat32;
+  v.dtype = dtype;
   v.data = data;
   v.strides = DenseStrides(shape);
   v.shape = std::move(shape);
   return v;
 }
 
+}  // namespace
+
+TensorView TensorView::Dense(const float* data, Shape shape) {
+  return DenseView(DataType::kFloat32, data, std::move(shape));
+}
+
 TensorView TensorView::DenseBool(const uint8_t* data, Shape shape) {
-  TensorView v;
-  v.dtype = DataType::kBool;
-  v.data = data;
-  v.strides = DenseStrides(shape);
-  v.shape = std::move(shape);
-  return v;
+  return DenseView(DataType::kBool, data, std::move(shape));
 }
 
 namespace {

@@ -1,0 +1,21 @@
+// Internal to core: what the AVX2 + FMA kernels (softmax_kernels.cc,
+// small_matmul.cc) share. Functions are compiled for AVX2 + FMA with a
+// target attribute, not -march, and run only after CpuHasTier(kAvx2).
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#define ATTN_AVX2 __attribute__((target("avx2,fma")))
+
+namespace attn::internal {
+
+// Lanes [0, lanes) set; `lanes` may be <= 0 (none) or >= 8 (all). For the
+// masked loads and stores of a row's tail.
+ATTN_AVX2 inline __m256i LaneMask256(int64_t lanes) {
+  const int n = lanes <= 0 ? 0 : lanes >= 8 ? 8 : static_cast<int>(lanes);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+}  // namespace attn::internal
