@@ -19,6 +19,7 @@ WORKDIR /src
 COPY CMakeLists.txt ./
 COPY core core
 COPY proto proto
+COPY wire wire
 COPY server server
 COPY client client
 RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=Release -DATTN_BUILD_TESTS=OFF \

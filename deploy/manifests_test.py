@@ -4,6 +4,8 @@ Run by ctest with ATTN_SERVER_BIN set; needs yamllint and python3-yaml
 (Debian), under /usr/bin/python3.
 """
 import os
+import re
+import shlex
 import subprocess
 import unittest
 
@@ -12,6 +14,7 @@ import yaml
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 K8S = os.path.join(ROOT, "deploy", "kubernetes")
 SERVER = os.environ["ATTN_SERVER_BIN"]
+CLIENT = os.environ["ATTN_CLIENT_BIN"]
 
 
 def documents():
@@ -103,6 +106,39 @@ class ComposeTest(unittest.TestCase):
         self.assertTrue(any(v.endswith(":/models:ro") for v in svc["volumes"]))
         self.assertEqual(compose["services"]["lb"]["depends_on"]["attention"]["condition"],
                          "service_healthy")
+
+
+class ImageTest(unittest.TestCase):
+    """The Dockerfile builds from every source folder and checks health with
+    flags the client accepts (the container itself: deploy/container_test.sh)."""
+
+    def setUp(self):
+        with open(os.path.join(ROOT, "Dockerfile")) as f:
+            self.dockerfile = f.read()
+
+    def test_every_source_folder_is_copied_into_the_build(self):
+        with open(os.path.join(ROOT, "CMakeLists.txt")) as f:
+            folders = re.findall(r"^add_subdirectory\((\w+)\)", f.read(), re.M)
+        self.assertIn("wire", folders)
+        for folder in folders:
+            if folder != "tests":
+                self.assertIn(f"COPY {folder} {folder}\n", self.dockerfile, folder)
+
+    def check_client_args(self, args):
+        r = subprocess.run([CLIENT, *args, "--help"], capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, f"{args}: {r.stderr}")
+
+    def test_healthchecks_use_flags_the_client_accepts(self):
+        cmd = re.search(r"CMD attention-client (.*?) \|\|", self.dockerfile).group(1)
+        self.check_client_args(shlex.split(cmd.replace("${ATTN_PORT}", "50051")))
+        with open(os.path.join(ROOT, "deploy", "compose.yaml")) as f:
+            test = yaml.safe_load(f)["services"]["attention"]["healthcheck"]["test"]
+        self.assertEqual(test[:2], ["CMD", "attention-client"])
+        self.check_client_args(test[2:])
+        # A spelling the client refuses fails this check.
+        r = subprocess.run([CLIENT, "health", "--timeout-ms", "2000", "--help"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 2, r.stdout)
 
 
 if __name__ == "__main__":
