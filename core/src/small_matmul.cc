@@ -1,9 +1,7 @@
 #include "small_matmul.h"
 
-#include <immintrin.h>
-
-#include "avx2_util.h"
 #include "isa_cap.h"
+#include "simd.h"
 
 namespace attn::internal {
 namespace {

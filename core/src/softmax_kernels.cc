@@ -1,18 +1,10 @@
 #include "softmax_kernels.h"
 
-#include "avx2_util.h"
-#include "isa_cap.h"
-
-// GCC 12 warns about _mm512_undefined_ps inside its own intrinsic headers
-// (GCC bug 105593); the warnings are false positives.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-
 #include <cmath>
 #include <limits>
+
+#include "isa_cap.h"
+#include "simd.h"
 
 namespace attn::internal {
 namespace {

@@ -11,6 +11,7 @@
 
 #include "attn/attention.h"
 #include "attn/cpu_info.h"
+#include "attn/half.h"
 #include "attn/threading.h"
 
 namespace {
@@ -104,6 +105,42 @@ void BM_MhaWeights(benchmark::State& state) { RunMha(state, true); }
 // server runs requests this small). Measures per-call overhead.
 void BM_MhaSmall(benchmark::State& state) { RunMha(state, false, 64, 4, 1); }
 
+// float32 <-> float16/bfloat16 on one thread, over 1M elements (4 MiB of
+// float32, 2 MiB of half: L2-resident on neither side, as a large call's
+// tensors are). `f32_GBps` counts the float32 side's bytes.
+void RunHalf(benchmark::State& state, bool widen) {
+  const auto type = state.range(0) == 0 ? attn::HalfType::kFloat16 : attn::HalfType::kBFloat16;
+  const int64_t n = 1 << 20;
+  auto f = Random(n, 5);
+  std::vector<uint16_t> h(n);
+  attn::FloatToHalf(type, f.data(), h.data(), n);
+  for (auto _ : state) {
+    if (widen) {
+      attn::HalfToFloat(type, h.data(), f.data(), n);
+    } else {
+      attn::FloatToHalf(type, f.data(), h.data(), n);
+    }
+    benchmark::ClobberMemory();
+  }
+  state.counters["f32_GBps"] = benchmark::Counter(4.0 * static_cast<double>(n) / 1e9,
+                                                  benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(attn::HalfTypeName(type));
+}
+void BM_HalfToFloat(benchmark::State& state) { RunHalf(state, true); }
+void BM_FloatToHalf(benchmark::State& state) { RunHalf(state, false); }
+
+BENCHMARK(BM_HalfToFloat)
+    ->Arg(0)
+    ->Arg(1)
+    ->ArgName("bf16")
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_FloatToHalf)
+    ->Arg(0)
+    ->Arg(1)
+    ->ArgName("bf16")
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_OneDnnMatmul1024)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Sdpa)
     ->ArgsProduct({{128, 512, 2048, 8192}, {0, 1}})

@@ -10,18 +10,24 @@ import sys
 def load_core(path):
     with open(path) as f:
         doc = json.load(f)
-    rows = {}
+    rows, conversions = {}, {}
+    to_ms = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
     for b in doc["benchmarks"]:
         if b.get("aggregate_name", "median") != "median":
             continue
         name = b.get("run_name", b["name"]).replace("/real_time", "")
-        rows[name] = {"ms": b["real_time"], "gflops": b["GFLOPS"] / 1e9
+        ms = b["real_time"] * to_ms[b.get("time_unit", "ms")]
+        if "f32_GBps" in b:
+            gbps = b["f32_GBps"] / 1e9 if b["f32_GBps"] > 1e6 else b["f32_GBps"]
+            conversions[name] = {"ms": ms, "gbps": gbps, "label": b.get("label", "")}
+            continue
+        rows[name] = {"ms": ms, "gflops": b["GFLOPS"] / 1e9
                       if b["GFLOPS"] > 1e6 else b["GFLOPS"]}
-    return doc["context"], rows
+    return doc["context"], rows, conversions
 
 
 def main():
-    context, core = load_core(sys.argv[1])
+    context, core, conversions = load_core(sys.argv[1])
     torch = {}
     if len(sys.argv) > 2:
         with open(sys.argv[2]) as f:
@@ -44,6 +50,12 @@ def main():
             t = torch.get(name)
             line += f" {t['ms']:.2f} | {t['ms'] / r['ms']:.1f}x |" if t else " | |"
         print(line)
+    if conversions:
+        print("\nHalf-precision conversions, one thread, 1M elements (float32 bytes per second):\n")
+        print("| benchmark | type | ms | GB/s |")
+        print("|---|---|---:|---:|")
+        for name, r in conversions.items():
+            print(f"| {name} | {r['label']} | {r['ms']:.3f} | {r['gbps']:.1f} |")
     return 0
 
 

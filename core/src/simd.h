@@ -1,8 +1,14 @@
-// Internal to core: what the AVX2 + FMA kernels (softmax_kernels.cc,
-// small_matmul.cc) share. Functions are compiled for AVX2 + FMA with a
-// target attribute, not -march, and run only after CpuHasTier(kAvx2).
+// Internal to core: what the SIMD kernels (softmax_kernels.cc,
+// small_matmul.cc, half.cc) share. Functions are compiled for their ISA with
+// a target attribute, not -march, and run only after CpuHasTier says so.
 #pragma once
 
+// GCC 12 warns about _mm512_undefined_ps inside its own intrinsic headers
+// (GCC bug 105593); the warnings are false positives.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <cstdint>
