@@ -16,9 +16,10 @@ import os
 import re
 import sys
 
+import source_tree
+
 MAX_FILE_LINES = 500
 MAX_FUNCTION_LINES = 120
-SOURCE_DIRS = ["core", "wire", "server", "client"]
 CONTROL = re.compile(r"\b(if|for|while|switch|catch|do|else|return)\s*(\(|$)")
 
 
@@ -107,31 +108,22 @@ def self_test():
 def main():
     if sys.argv[1:] == ["--self-test"]:
         return self_test()
-    root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
+    root = sys.argv[1] if len(sys.argv) > 1 else source_tree.default_root(__file__)
     problems, files, funcs = [], 0, 0
-    for d in SOURCE_DIRS:
-        for dirpath, _, names in os.walk(os.path.join(root, d)):
-            if "node_modules" in dirpath:
-                continue
-            for name in sorted(names):
-                if not name.endswith((".cc", ".h")):
-                    continue
-                path = os.path.join(dirpath, name)
-                text = open(path, encoding="utf-8").read()
-                rel = os.path.relpath(path, root)
-                files += 1
-                lines = text.count("\n")
-                if lines > MAX_FILE_LINES:
-                    problems.append(f"{rel}: {lines} lines (limit {MAX_FILE_LINES})")
-                for fn, first, count in functions(text):
-                    funcs += 1
-                    if count > MAX_FUNCTION_LINES:
-                        problems.append(f"{rel}:{first}: {fn} is {count} lines "
-                                        f"(limit {MAX_FUNCTION_LINES})")
-    print(f"{files} files, {funcs} functions checked")
-    for p in problems:
-        print("FAIL: " + p)
-    return 1 if problems or funcs == 0 else 0
+    for layer in source_tree.LAYERS:
+        for path in source_tree.sources(root, layer):
+            text = open(path, encoding="utf-8").read()
+            rel = os.path.relpath(path, root)
+            files += 1
+            lines = text.count("\n")
+            if lines > MAX_FILE_LINES:
+                problems.append(f"{rel}: {lines} lines (limit {MAX_FILE_LINES})")
+            for fn, first, count in functions(text):
+                funcs += 1
+                if count > MAX_FUNCTION_LINES:
+                    problems.append(f"{rel}:{first}: {fn} is {count} lines "
+                                    f"(limit {MAX_FUNCTION_LINES})")
+    return source_tree.report(f"{files} files, {funcs} functions checked", problems, funcs)
 
 
 if __name__ == "__main__":

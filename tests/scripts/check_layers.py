@@ -14,6 +14,8 @@ import os
 import re
 import sys
 
+import source_tree
+
 ALLOWED = {
     "core": {"core"},
     "wire": {"core", "wire", "proto"},
@@ -45,35 +47,25 @@ def owner(header, layer, folder_headers):
 
 
 def main():
-    root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
-    sources, folder_headers = {}, {}
-    for layer in ALLOWED:
-        folder_headers[layer] = set()
-        for dirpath, _, names in os.walk(os.path.join(root, layer)):
-            if "node_modules" in dirpath:
-                continue
-            for n in names:
-                if n.endswith(".h"):
-                    folder_headers[layer].add(n)
-                if n.endswith((".h", ".cc")):
-                    sources.setdefault(layer, []).append(os.path.join(dirpath, n))
+    root = sys.argv[1] if len(sys.argv) > 1 else source_tree.default_root(__file__)
+    sources = {layer: source_tree.sources(root, layer) for layer in ALLOWED}
+    folder_headers = {layer: {os.path.basename(p) for p in paths if p.endswith(".h")}
+                      for layer, paths in sources.items()}
     problems, count = [], 0
     for layer, paths in sources.items():
-        for path in sorted(paths):
+        for path in paths:
             rel = os.path.relpath(path, root)
             for kind, header in INCLUDE.findall(open(path, encoding="utf-8").read()):
                 count += 1
                 if kind == "<":
-                    if header.startswith(FORBIDDEN_SYSTEM[layer]) and FORBIDDEN_SYSTEM[layer]:
+                    if FORBIDDEN_SYSTEM[layer] and header.startswith(FORBIDDEN_SYSTEM[layer]):
                         problems.append(f"{rel}: <{header}> is not allowed in {layer}/")
                     continue
                 o = owner(header, layer, folder_headers)
                 if o not in ALLOWED[layer]:
                     problems.append(f'{rel}: "{header}" belongs to {o}, which {layer}/ may not use')
-    print(f"{count} includes checked in {sum(len(p) for p in sources.values())} files")
-    for p in problems:
-        print("FAIL: " + p)
-    return 1 if problems or count == 0 else 0
+    files = sum(len(p) for p in sources.values())
+    return source_tree.report(f"{count} includes checked in {files} files", problems, count)
 
 
 if __name__ == "__main__":
