@@ -70,7 +70,9 @@ StatusOr<CallSpec> SpecFromFlags(const CommandLine& cl, Session& s) {
   CallSpec spec;
   spec.op = cl.command;
   spec.model = cl.get("--model");
-  spec.encoding = cl.get("--encoding", "raw") == "values" ? Encoding::kValues : Encoding::kData;
+  auto encoding = cl.Choice("--encoding", {"raw", "values"}, "raw");
+  if (!encoding.ok()) return encoding.status();
+  spec.encoding = *encoding == "values" ? Encoding::kValues : Encoding::kData;
   spec.causal = cl.has("--causal");
   spec.return_weights = cl.has("--return-weights");
   spec.per_head_weights = cl.has("--per-head-weights");
@@ -172,8 +174,6 @@ int RunModels(const CommandLine& cl) {
 int RunCall(const CommandLine& cl) {
   Session s;
   if (int rc = OpenSession(cl, &s)) return rc;
-  auto encoding = cl.Choice("--encoding", {"raw", "values"}, "raw");
-  if (!encoding.ok()) return Fail(encoding.status().message());
   auto spec = SpecFromFlags(cl, s);
   if (!spec.ok()) {
     // A model the server lacks, or an unreachable server, is the call failing.

@@ -9,10 +9,10 @@ void SetShared(const CallSpec& s, Request* req) {
   req->set_model(s.model);
   req->set_causal(s.causal);
   req->set_return_weights(s.return_weights);
-  if (s.key_padding_mask) {
-    HostArray mask = *s.key_padding_mask;
-    mask.is_bool = true;
-    *req->mutable_key_padding_mask() = ToWire(mask, s.encoding);
+  if (s.key_padding_mask) {  // BOOL whatever the array was read as
+    const HostArray& m = *s.key_padding_mask;
+    wire::EncodeDense(m.shape, m.values.data(), m.values.size(), DataType::kBool, s.encoding,
+                      req->mutable_key_padding_mask());
   }
   if (s.attn_bias) *req->mutable_attn_bias() = ToWire(*s.attn_bias, s.encoding);
   if (s.projections.empty()) return;  // an empty field next to --model reads as both
