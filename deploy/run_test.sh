@@ -13,10 +13,11 @@ BUILD_DIR=$build "$root/deploy/run.sh" --host 127.0.0.1 --port "$port" >"$log" 2
 pid=$!
 trap 'kill $pid 2>/dev/null || true; rm -f "$log"' EXIT
 wait_serving "127.0.0.1:$port" $pid
-"$client" models --target "127.0.0.1:$port" | grep -q demo-mha || { echo "FAIL: no demo models"; exit 1; }
+models=$("$client" models --target "127.0.0.1:$port")
+grep -q demo-mha <<<"$models" || { echo "FAIL: no demo models"; exit 1; }
 out=$("$client" attention --target "127.0.0.1:$port" --query '[[1,0],[0,1],[1,1],[1,1],[0.5,1]]')
 echo "$out"
-echo "$out" | grep -q '^\[\[0.7988, 0.7616\],' || { echo "FAIL: seed example"; exit 1; }
+grep -q '^\[\[0.7988, 0.7616\],' <<<"$out" || { echo "FAIL: seed example"; exit 1; }
 kill -TERM $pid
 rc=0
 wait $pid || rc=$?

@@ -50,11 +50,11 @@ if "$client" health --target "$target" --tls-ca "$dir/ca.pem" --timeout 2s >/dev
 fi
 # A call: without a token UNAUTHENTICATED; with one the seed example.
 out=$("$client" attention "${tls[@]}" --query '[[1,0],[0,1],[1,1],[1,1],[0.5,1]]' 2>&1) && fail "no token, yet: $out"
-echo "$out" | grep -q "UNAUTHENTICATED: missing 'authorization: Bearer <token>' metadata" || fail "wrong refusal: $out"
+grep -q "UNAUTHENTICATED: missing 'authorization: Bearer <token>' metadata" <<<"$out" || fail "wrong refusal: $out"
 out=$("$client" attention "${tls[@]}" --token-file "$dir/token1" --query '[[1,0],[0,1],[1,1],[1,1],[0.5,1]]')
-echo "$out" | grep -q "0.7988" || fail "seed example: $out"
+grep -q "0.7988" <<<"$out" || fail "seed example: $out"
 out=$(ATTN_TOKEN=$token1 "$client" models "${tls[@]}")
-echo "$out" | grep -q demo-mha-small || fail "models with ATTN_TOKEN: $out"
+grep -q demo-mha-small <<<"$out" || fail "models with ATTN_TOKEN: $out"
 
 # The bench over mTLS with a token: no errors, and no token in its report.
 "$client" bench "${tls[@]}" --token-file "$dir/token1" --op mha --model demo-mha-small \
@@ -75,10 +75,10 @@ kill -0 "$pid" || fail "SIGHUP stopped the server"
 
 # /metrics counts the refusals; the tokens appear nowhere.
 metrics=$(/usr/bin/python3 -c "import urllib.request,sys; print(urllib.request.urlopen('http://127.0.0.1:$metrics_port/metrics', timeout=5).read().decode())")
-echo "$metrics" | grep -q 'attn_requests_total{rpc="Attention",model="-",code="UNAUTHENTICATED"} 1' || fail "metrics: $(echo "$metrics" | grep requests_total)"
-echo "$metrics" | grep -q 'attn_requests_total{rpc="MultiHeadAttention",model="demo-mha-small",code="OK"}' || fail "metrics lack the bench calls"
+grep -q 'attn_requests_total{rpc="Attention",model="-",code="UNAUTHENTICATED"} 1' <<<"$metrics" || fail "metrics: $(echo "$metrics" | grep requests_total)"
+grep -q 'attn_requests_total{rpc="MultiHeadAttention",model="demo-mha-small",code="OK"}' <<<"$metrics" || fail "metrics lack the bench calls"
 for t in "$token1" "$token2"; do
   ! grep -q "$t" "$dir/server.log" || fail "a token is in the server log"
-  ! echo "$metrics" | grep -q "$t" || fail "a token is in /metrics"
+  ! grep -q "$t" <<<"$metrics" || fail "a token is in /metrics"
 done
 echo "PASS: mTLS + bearer tokens end to end, SIGHUP reload, metrics; no token in any log"

@@ -18,7 +18,9 @@ if [ -z "$impls" ]; then
   exit 1
 fi
 for prim in matmul softmax; do
-  if ! echo "$impls" | grep -Eq " ${prim}[^,]*,"; then
+  # A here-string, not a pipe: grep -q exits at the first match, and under
+  # pipefail the echo it cut off (SIGPIPE) would fail the check.
+  if ! grep -Eq " ${prim}[^,]*," <<<"$impls"; then
     echo "FAIL: no $prim primitive was executed"
     exit 1
   fi
