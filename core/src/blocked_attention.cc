@@ -378,7 +378,8 @@ Status RunBlockedAttention(const AttentionProblem& p, const std::atomic<bool>* c
   }
   int threads = p.threads > 0 ? p.threads : ComputeThreads();
   const double flops = 2.0 * static_cast<double>(p.batch * p.heads) * static_cast<double>(p.lq) *
-                       static_cast<double>(p.lk) * static_cast<double>(p.d + p.dv);
+                       static_cast<double>(p.lk) *
+                       (static_cast<double>(p.d) + static_cast<double>(p.dv));
   if (flops < kSerialFlops) threads = 1;
   // Split queries finer when batch * heads alone cannot keep the team busy.
   int64_t block_q = kBlockQ;

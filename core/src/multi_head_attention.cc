@@ -172,18 +172,19 @@ StatusOr<MhaPlan> PlanMha(const ProjectionWeights& w, const TensorView& query,
   plan.unbatched = unbatched;
   plan.e = e, plan.ev = ev, plan.eo = eo;
   const double b = static_cast<double>(batch), hq = static_cast<double>(h),
-               dq = static_cast<double>(lq), dk = static_cast<double>(lk);
+               dq = static_cast<double>(lq), dk = static_cast<double>(lk),
+               de = static_cast<double>(e), dev = static_cast<double>(ev);
   const double weights_elems = opt.need_weights ? b * hq * dq * dk : 0.0;
   plan.cost.work = b * hq * dq * dk * static_cast<double>(dh);
-  plan.cost.flops = 2.0 * b *
-                        (dq * static_cast<double>(query.dim(-1) * e) +
-                         dk * static_cast<double>(key.dim(-1) * e + value.dim(-1) * ev) +
-                         (w.out ? dq * static_cast<double>(ev * eo) : 0.0)) +
-                    2.0 * plan.cost.work + 2.0 * b * hq * dq * dk * static_cast<double>(dvh);
+  plan.cost.flops =
+      2.0 * b *
+          (dq * static_cast<double>(query.dim(-1)) * de +
+           dk * (static_cast<double>(key.dim(-1)) * de + static_cast<double>(value.dim(-1)) * dev) +
+           (w.out ? dq * dev * static_cast<double>(eo) : 0.0)) +
+      2.0 * plan.cost.work + 2.0 * b * hq * dq * dk * static_cast<double>(dvh);
   plan.cost.result_bytes = 4.0 * (b * dq * static_cast<double>(eo) +
                                   (opt.average_weights ? weights_elems / hq : weights_elems));
-  plan.cost.scratch_bytes = 4.0 * (b * dq * static_cast<double>(e + ev) +
-                                   b * dk * static_cast<double>(e + ev) + weights_elems);
+  plan.cost.scratch_bytes = 4.0 * (b * dq * (de + dev) + b * dk * (de + dev) + weights_elems);
   return plan;
 }
 

@@ -61,7 +61,7 @@ StatusOr<SdpaPlan> PlanSdpa(const TensorView& q, const TensorView& k, const Tens
   const double pairs = static_cast<double>(p.batch * p.heads) * static_cast<double>(p.lq) *
                        static_cast<double>(p.lk);
   plan.cost.work = pairs * static_cast<double>(p.d);
-  plan.cost.flops = 2.0 * pairs * static_cast<double>(p.d + p.dv);
+  plan.cost.flops = 2.0 * pairs * (static_cast<double>(p.d) + static_cast<double>(p.dv));
   plan.cost.result_bytes = 4.0 * (static_cast<double>(*out_n) + (opt.need_weights ? pairs : 0.0));
   return plan;
 }
