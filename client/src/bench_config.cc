@@ -50,6 +50,9 @@ Status ReadWorkload(const CommandLine& cl, BenchConfig* c) {
     return st;
   }
   c->encoding = encoding == "values" ? Encoding::kValues : Encoding::kData;
+  std::string dtype;
+  if (!Set([&] { return cl.Choice("--dtype", kDtypeNames, "float32"); }, &dtype, &st)) return st;
+  c->dtype = DtypeByName(dtype);
   c->causal = cl.has("--causal");
   if (c->seq_k == 0) c->seq_k = c->seq_q;
   return Status::Ok();

@@ -23,7 +23,8 @@ struct BenchConfig {
   int64_t batch = 1, seq_q = 128, seq_k = 0 /* = seq_q */, dim = 64, heads = 1;
   bool causal = false;
   Encoding encoding = Encoding::kData;
-  std::vector<int> concurrency = {1};  // a list is a sweep, one row per level
+  wire::WireType dtype = wire::WireType::kFloat32;  // --dtype
+  std::vector<int> concurrency = {1};               // a list is a sweep, one row per level
   int connections = 1;
   int64_t requests = 0;  // measured calls per level; 0: run for `duration_s`
   double duration_s = 10;

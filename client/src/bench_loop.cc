@@ -152,7 +152,8 @@ class LevelRun {
       mismatch = !Parse(call->response, &resp);
       if (!mismatch) {
         auto got = FromWire(resp.output(), "output");
-        mismatch = !got.ok() || got->shape != w_.expected->shape || !Close(*got, *w_.expected);
+        mismatch =
+            !got.ok() || got->shape != w_.expected->shape || !Close(*got, *w_.expected, c_.dtype);
       }
     }
     std::shared_ptr<Call> next;
@@ -162,6 +163,7 @@ class LevelRun {
         ++count_;
         if (st.ok()) {
           latencies_.push_back(ms);
+          if (response_bytes_ == 0) response_bytes_ = static_cast<int64_t>(call->response.Length());
           if (queue_ms >= 0) queue_sum_ += queue_ms, compute_sum_ += compute_ms, ++timed_;
         } else {
           ++errors_[wire::GrpcCodeName(st.error_code())];
@@ -194,11 +196,17 @@ class LevelRun {
     return resp->ParseFromString(bytes);
   }
 
-  static bool Close(const HostArray& got, const HostArray& want) {
+  // Within float32's error; for a half type, plus the one rounding of the
+  // output (the inputs were rounded before the local computation).
+  static bool Close(const HostArray& got, const HostArray& want, wire::WireType dtype) {
+    const double rounding = dtype == wire::WireType::kFloat16    ? std::ldexp(1.0, -11)
+                            : dtype == wire::WireType::kBFloat16 ? std::ldexp(1.0, -8)
+                                                                 : 0.0;
     double scale = 0;
     for (float x : want.values) scale = std::max(scale, static_cast<double>(std::abs(x)));
     for (size_t i = 0; i < want.values.size(); ++i) {
-      const double tol = 1e-5 * (std::abs(want.values[i]) + scale);
+      const double tol =
+          1e-5 * (std::abs(want.values[i]) + scale) + rounding * std::abs(want.values[i]) + 1e-7;
       if (!(std::abs(got.values[i] - want.values[i]) <= tol)) return false;
     }
     return true;
@@ -238,6 +246,7 @@ class LevelRun {
     r.rps = static_cast<double>(r.ok) / r.seconds;
     r.gflops = r.rps * w_.flops / 1e9;
     r.verified = verified_;
+    r.response_bytes = response_bytes_;
     r.mismatches = mismatches_;
     if (timed_ > 0)
       r.server_queue_ms = queue_sum_ / timed_, r.server_compute_ms = compute_sum_ / timed_;
@@ -284,7 +293,7 @@ class LevelRun {
   int in_flight_ = 0;
   bool measuring_ = false;
   Clock::time_point measure_start_ = Clock::now(), last_done_ = Clock::now();
-  int64_t count_ = 0, verified_ = 0, mismatches_ = 0, timed_ = 0;
+  int64_t count_ = 0, verified_ = 0, mismatches_ = 0, timed_ = 0, response_bytes_ = 0;
   double queue_sum_ = 0, compute_sum_ = 0;
   std::vector<double> latencies_;
   std::map<std::string, int64_t> errors_;
@@ -329,6 +338,7 @@ StatusOr<BenchReport> RunBench(const BenchConfig& config, const std::atomic<bool
   if (!workload.ok()) return workload.status();
   report.workload = workload->description;
   report.flops_per_call = workload->flops;
+  report.request_bytes = workload->request_bytes;
   for (int level : config.concurrency) {
     LevelRun run(config, *workload, stubs, health, level);
     report.levels.push_back(run.Run(interrupt));

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "attn/json.h"
+#include "request_builder.h"
 
 namespace attn::client {
 namespace {
@@ -82,15 +83,17 @@ std::string ReportToJson(const BenchReport& r) {
   const BenchConfig& c = r.config;
   o << "{\n  \"workload\": " << JsonQuote(r.workload)
     << ",\n  \"flops_per_call\": " << Num(r.flops_per_call, 0)
+    << ",\n  \"request_bytes\": " << r.request_bytes
     << ",\n  \"interrupted\": " << (r.interrupted ? "true" : "false")
     << ",\n  \"config\": {\"target\": " << JsonQuote(c.target) << ", \"op\": " << JsonQuote(c.op)
     << ", \"model\": " << JsonQuote(c.model) << ", \"batch\": " << c.batch
     << ", \"seq_q\": " << c.seq_q << ", \"seq_k\": " << c.seq_k << ", \"dim\": " << c.dim
     << ", \"heads\": " << c.heads << ", \"causal\": " << (c.causal ? "true" : "false")
     << ", \"encoding\": " << JsonQuote(c.encoding == Encoding::kValues ? "values" : "raw")
-    << ", \"connections\": " << c.connections << ", \"requests\": " << c.requests
-    << ", \"duration_s\": " << Num(c.duration_s) << ", \"rps\": " << Num(c.rps)
-    << ", \"warmup_s\": " << Num(c.warmup_s) << ", \"timeout_s\": " << Num(c.timeout_s)
+    << ", \"dtype\": " << JsonQuote(DtypeName(c.dtype)) << ", \"connections\": " << c.connections
+    << ", \"requests\": " << c.requests << ", \"duration_s\": " << Num(c.duration_s)
+    << ", \"rps\": " << Num(c.rps) << ", \"warmup_s\": " << Num(c.warmup_s)
+    << ", \"timeout_s\": " << Num(c.timeout_s)
     << ", \"retry\": " << (c.channel.retry_unavailable ? "true" : "false")
     << ", \"tls\": " << (c.channel.UsesTls() ? "true" : "false")
     << ", \"token\": " << (c.channel.token.empty() ? "false" : "true")
@@ -118,7 +121,7 @@ std::string ReportToJson(const BenchReport& r) {
     o << "], \"server\": {\"queue_ms\": " << Num(l.server_queue_ms, 4)
       << ", \"compute_ms\": " << Num(l.server_compute_ms, 4)
       << "}, \"verify\": {\"checked\": " << l.verified << ", \"mismatches\": " << l.mismatches
-      << "}}";
+      << "}, \"response_bytes\": " << l.response_bytes << "}";
   }
   o << "\n  ]\n}\n";
   return o.str();

@@ -23,12 +23,14 @@ struct LevelReport {
   std::vector<std::pair<double, int64_t>> histogram;  // (upper bound ms, count)
   double server_queue_ms = 0, server_compute_ms = 0;  // means, from trailing metadata
   int64_t verified = 0, mismatches = 0;
+  int64_t response_bytes = 0;  // serialized, of an OK answer (0: none)
 };
 
 struct BenchReport {
   BenchConfig config;
   std::string workload;       // e.g. "mha demo-mha-small query[1, 16, 64]"
   double flops_per_call = 0;  // of the attention math
+  int64_t request_bytes = 0;  // serialized, per call
   std::vector<LevelReport> levels;
   bool interrupted = false;
 };

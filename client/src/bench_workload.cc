@@ -82,9 +82,20 @@ StatusOr<Workload> BuildWorkload(const BenchConfig& c, AttentionClient& client) 
   }
   std::mt19937 rng(static_cast<unsigned>(c.seed));
   CallSpec spec;
-  spec.op = c.op, spec.model = c.model, spec.encoding = c.encoding, spec.causal = c.causal;
+  spec.op = c.op, spec.model = c.model, spec.encoding = c.encoding, spec.dtype = c.dtype,
+  spec.causal = c.causal;
   auto weights = ResolveWeights(c, client, rng, &spec);
   if (!weights.ok()) return weights.status();
+  // Half types: what the server computes on is the rounded inputs, so the
+  // local answer (--verify) uses them too. (The views stay valid: rounding
+  // is in place.)
+  auto round_inputs = [&spec] {
+    for (HostArray* a :
+         {&spec.query, spec.key ? &*spec.key : nullptr, spec.value ? &*spec.value : nullptr}) {
+      if (a != nullptr) RoundToWireType(a, spec.dtype);
+    }
+    for (HostArray& p : spec.projections) RoundToWireType(&p, spec.dtype);
+  };
   const bool self = c.seq_k == c.seq_q;
   std::ostringstream d;
   d << c.op << (c.model.empty() ? " inline" : " " + c.model);
@@ -96,6 +107,7 @@ StatusOr<Workload> BuildWorkload(const BenchConfig& c, AttentionClient& client) 
     if (c.heads == 1) qs.erase(qs.begin() + 1), ks.erase(ks.begin() + 1);
     spec.query = RandomArray(qs, rng);
     if (!self) spec.key = RandomArray(ks, rng), spec.value = RandomArray(ks, rng);
+    round_inputs();
     const HostArray& k = self ? spec.query : *spec.key;
     const HostArray& v = self ? spec.query : *spec.value;
     ScaledDotProductAttentionOptions opt;
@@ -106,6 +118,7 @@ StatusOr<Workload> BuildWorkload(const BenchConfig& c, AttentionClient& client) 
   } else {
     FillRandomInputs({c.batch, c.seq_q, c.seq_k, weights->e, weights->kdim, weights->vdim}, rng,
                      &spec);
+    round_inputs();
     const HostArray& q = spec.query;
     const HostArray& k = spec.key ? *spec.key : q;
     const HostArray& v = spec.value ? *spec.value : k;
@@ -143,6 +156,7 @@ StatusOr<Workload> BuildWorkload(const BenchConfig& c, AttentionClient& client) 
   grpc::Slice slice(bytes);
   w.request = grpc::ByteBuffer(&slice, 1);
   w.method = call->method();
+  w.request_bytes = static_cast<int64_t>(bytes.size());
   return w;
 }
 

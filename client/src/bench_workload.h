@@ -21,6 +21,7 @@ struct Workload {
   std::optional<HostArray> expected;  // for --verify
   std::string method;                 // "/attention.v1.AttentionService/..."
   grpc::ByteBuffer request;           // a copy shares its slices: no per-call serialization
+  int64_t request_bytes = 0;          // serialized
 };
 
 // The FLOPs per call of a server-side model that is not known locally, from

@@ -73,6 +73,9 @@ StatusOr<CallSpec> SpecFromFlags(const CommandLine& cl, Session& s) {
   auto encoding = cl.Choice("--encoding", {"raw", "values"}, "raw");
   if (!encoding.ok()) return encoding.status();
   spec.encoding = *encoding == "values" ? Encoding::kValues : Encoding::kData;
+  auto dtype = cl.Choice("--dtype", kDtypeNames, "float32");
+  if (!dtype.ok()) return dtype.status();
+  spec.dtype = DtypeByName(*dtype);
   spec.causal = cl.has("--causal");
   spec.return_weights = cl.has("--return-weights");
   spec.per_head_weights = cl.has("--per-head-weights");

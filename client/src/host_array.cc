@@ -8,6 +8,7 @@
 #include <limits>
 #include <sstream>
 
+#include "attn/half.h"
 #include "attn/json.h"
 
 namespace attn::client {
@@ -78,10 +79,19 @@ HostArray RandomArray(Shape shape, std::mt19937& rng, float stddev) {
   return a;
 }
 
-attention::v1::Tensor ToWire(const HostArray& a, Encoding encoding) {
+void RoundToWireType(HostArray* a, wire::WireType type) {
+  if (a->is_bool || type == wire::WireType::kFloat32) return;
+  std::vector<char> half(a->values.size() * 2);
+  const auto n = static_cast<int64_t>(a->values.size());
+  wire::NarrowInto(a->values.data(), n, type, half.data());
+  HalfToFloat(type == wire::WireType::kFloat16 ? HalfType::kFloat16 : HalfType::kBFloat16,
+              reinterpret_cast<const uint16_t*>(half.data()), a->values.data(), n);
+}
+
+attention::v1::Tensor ToWire(const HostArray& a, Encoding encoding, wire::WireType float_type) {
   attention::v1::Tensor t;
   wire::EncodeDense(a.shape, a.values.data(), a.values.size(),
-                    a.is_bool ? DataType::kBool : DataType::kFloat32, encoding, &t);
+                    a.is_bool ? wire::WireType::kBool : float_type, encoding, &t);
   return t;
 }
 

@@ -29,9 +29,16 @@ struct HostArray {
 // N(0, stddev) floats of `shape`, drawn from `rng`.
 HostArray RandomArray(Shape shape, std::mt19937& rng, float stddev = 1.0f);
 
-// To the wire, as FLOAT32 or BOOL (wire::EncodeDense).
-attention::v1::Tensor ToWire(const HostArray& a, Encoding encoding);
-// From the wire: FLOAT32 (or unspecified) and BOOL, from data or values,
+// Rounds `a`'s floats to `type` (nearest even) and widens them back, in
+// place: what the server sees when `a` travels as `type`. No-op for FLOAT32.
+void RoundToWireType(HostArray* a, wire::WireType type);
+
+// To the wire, as BOOL or as `float_type` (FLOAT32, or FLOAT16/BFLOAT16
+// rounded to nearest even, always as data) (wire::EncodeDense).
+attention::v1::Tensor ToWire(const HostArray& a, Encoding encoding,
+                             wire::WireType float_type = wire::WireType::kFloat32);
+// From the wire: FLOAT32 (or unspecified), FLOAT16, BFLOAT16 (widened) and
+// BOOL, from data or values,
 // decoded by wire::DecodeTensor, so a malformed tensor gets the same code and
 // message as the server gives it.
 StatusOr<HostArray> FromWire(const attention::v1::Tensor& t, const std::string& what);

@@ -11,33 +11,45 @@ void SetShared(const CallSpec& s, Request* req) {
   req->set_return_weights(s.return_weights);
   if (s.key_padding_mask) {  // BOOL whatever the array was read as
     const HostArray& m = *s.key_padding_mask;
-    wire::EncodeDense(m.shape, m.values.data(), m.values.size(), DataType::kBool, s.encoding,
+    wire::EncodeDense(m.shape, m.values.data(), m.values.size(), wire::WireType::kBool, s.encoding,
                       req->mutable_key_padding_mask());
   }
-  if (s.attn_bias) *req->mutable_attn_bias() = ToWire(*s.attn_bias, s.encoding);
+  if (s.attn_bias) *req->mutable_attn_bias() = ToWire(*s.attn_bias, s.encoding, s.dtype);
   if (s.projections.empty()) return;  // an empty field next to --model reads as both
   attention::v1::Projections* p = req->mutable_projections();
   const auto& w = s.projections;
-  *p->mutable_q_weight() = ToWire(w[0], s.encoding);
-  *p->mutable_k_weight() = ToWire(w[1], s.encoding);
-  *p->mutable_v_weight() = ToWire(w[2], s.encoding);
-  *p->mutable_q_bias() = ToWire(w[4], s.encoding);
-  *p->mutable_k_bias() = ToWire(w[5], s.encoding);
-  *p->mutable_v_bias() = ToWire(w[6], s.encoding);
+  *p->mutable_q_weight() = ToWire(w[0], s.encoding, s.dtype);
+  *p->mutable_k_weight() = ToWire(w[1], s.encoding, s.dtype);
+  *p->mutable_v_weight() = ToWire(w[2], s.encoding, s.dtype);
+  *p->mutable_q_bias() = ToWire(w[4], s.encoding, s.dtype);
+  *p->mutable_k_bias() = ToWire(w[5], s.encoding, s.dtype);
+  *p->mutable_v_bias() = ToWire(w[6], s.encoding, s.dtype);
   if (s.op == "mha") {
-    *p->mutable_out_weight() = ToWire(w[3], s.encoding);
-    *p->mutable_out_bias() = ToWire(w[7], s.encoding);
+    *p->mutable_out_weight() = ToWire(w[3], s.encoding, s.dtype);
+    *p->mutable_out_bias() = ToWire(w[7], s.encoding, s.dtype);
   }
 }
 
 template <typename Request>
 void SetQueryKeyValue(const CallSpec& s, Request* req) {
-  *req->mutable_query() = ToWire(s.query, s.encoding);
-  if (s.key) *req->mutable_key() = ToWire(*s.key, s.encoding);
-  if (s.value) *req->mutable_value() = ToWire(*s.value, s.encoding);
+  *req->mutable_query() = ToWire(s.query, s.encoding, s.dtype);
+  if (s.key) *req->mutable_key() = ToWire(*s.key, s.encoding, s.dtype);
+  if (s.value) *req->mutable_value() = ToWire(*s.value, s.encoding, s.dtype);
 }
 
 }  // namespace
+
+wire::WireType DtypeByName(const std::string& name) {
+  if (name == "float16") return wire::WireType::kFloat16;
+  if (name == "bfloat16") return wire::WireType::kBFloat16;
+  return wire::WireType::kFloat32;
+}
+
+const char* DtypeName(wire::WireType type) {
+  if (type == wire::WireType::kFloat16) return "float16";
+  if (type == wire::WireType::kBFloat16) return "bfloat16";
+  return "float32";
+}
 
 const google::protobuf::Message& AttentionCall::message() const {
   if (op == "cross") return cross;
@@ -59,8 +71,8 @@ StatusOr<AttentionCall> BuildCall(const CallSpec& s) {
     if (s.query.shape.empty() || !s.key) {
       return Status::InvalidArgument("cross: --decoder and --encoder (or --random) are required");
     }
-    *call.cross.mutable_decoder() = ToWire(s.query, s.encoding);
-    *call.cross.mutable_encoder() = ToWire(*s.key, s.encoding);
+    *call.cross.mutable_decoder() = ToWire(s.query, s.encoding, s.dtype);
+    *call.cross.mutable_encoder() = ToWire(*s.key, s.encoding, s.dtype);
     SetShared(s, &call.cross);
     if (s.scale) call.cross.set_scale(*s.scale);
     return call;

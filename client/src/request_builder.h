@@ -18,6 +18,8 @@ struct CallSpec {
   std::string op;  // attention | cross | mha
   std::string model;
   Encoding encoding = Encoding::kData;
+  // The float tensors' wire type (--dtype); half types travel as data.
+  wire::WireType dtype = wire::WireType::kFloat32;
   HostArray query;                      // cross: the decoder
   std::optional<HostArray> key, value;  // cross: key is the encoder (value unused)
   std::optional<HostArray> key_padding_mask, attn_bias;
@@ -39,6 +41,11 @@ struct AttentionCall {
   const google::protobuf::Message& message() const;
   std::string method() const;  // "/attention.v1.AttentionService/MultiHeadAttention"
 };
+
+// --dtype's choices, and the wire type of one ("float32" for anything else).
+inline const std::vector<std::string> kDtypeNames = {"float32", "float16", "bfloat16"};
+wire::WireType DtypeByName(const std::string& name);
+const char* DtypeName(wire::WireType type);
 
 // INVALID_ARGUMENT for a spec the RPC cannot carry (no query, a scale for
 // mha, a cross call without an encoder), naming the flag.

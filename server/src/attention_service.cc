@@ -158,8 +158,8 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Handle(Rpc rpc, grpc::CallbackSe
     } else {
       // Core throws nothing; this is a last guard.
       result = GuardExceptions("unexpected error", [&] {
-        auto out = call->compute(granted, IntoResponse(call->encoding, resp));
-        return out.ok() ? EncodeResponse(*out, call->encoding, options_.limits, resp)
+        auto out = call->compute(granted, IntoResponse(*call, resp));
+        return out.ok() ? EncodeResponse(*out, *call, options_.limits, resp)
                         : out.status();
       });
     }

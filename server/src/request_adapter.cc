@@ -15,8 +15,8 @@ std::string Num(double v) {
 }
 
 // Decodes `t` into the call's storage and returns its view.
-StatusOr<TensorView> Decode(const attention::v1::Tensor& t, const std::string& field,
-                            DataType dtype, const RequestLimits& limits, PreparedCall* call) {
+StatusOr<TensorView> Decode(const wire::WireTensor& t, const std::string& field, DataType dtype,
+                            const RequestLimits& limits, PreparedCall* call) {
   call->tensors.emplace_back();
   wire::DecodedTensor& d = call->tensors.back();
   ATTN_RETURN_IF_ERROR(wire::DecodeTensor(t, field, dtype, limits.max_tensor_elements, &d));
@@ -24,18 +24,21 @@ StatusOr<TensorView> Decode(const attention::v1::Tensor& t, const std::string& f
   return d.view;
 }
 
-// The masks every request carries under the same field names.
-template <typename Request>
-Status DecodeMasks(const Request& req, const RequestLimits& limits, PreparedCall* call,
+StatusOr<TensorView> Decode(const attention::v1::Tensor& t, const std::string& field,
+                            DataType dtype, const RequestLimits& limits, PreparedCall* call) {
+  return Decode(wire::FromNative(t), field, dtype, limits, call);
+}
+
+Status DecodeMasks(const CallRequest& req, const RequestLimits& limits, PreparedCall* call,
                    AttentionMasks* masks) {
-  masks->causal = req.causal();
-  if (req.has_key_padding_mask()) {
-    auto m = Decode(req.key_padding_mask(), "key_padding_mask", DataType::kBool, limits, call);
+  masks->causal = req.causal;
+  if (req.key_padding_mask) {
+    auto m = Decode(*req.key_padding_mask, "key_padding_mask", DataType::kBool, limits, call);
     if (!m.ok()) return m.status();
     masks->key_padding_mask = *m;
   }
-  if (req.has_attn_bias()) {
-    auto m = Decode(req.attn_bias(), "attn_bias", DataType::kFloat32, limits, call);
+  if (req.attn_bias) {
+    auto m = Decode(*req.attn_bias, "attn_bias", DataType::kFloat32, limits, call);
     if (!m.ok()) return m.status();
     masks->attn_bias = *m;
   }
@@ -43,26 +46,32 @@ Status DecodeMasks(const Request& req, const RequestLimits& limits, PreparedCall
 }
 
 // query, and key + value (both or neither: query alone is self-attention).
-// The response takes the query's encoding.
-template <typename Request>
-Status DecodeQueryKeyValue(const Request& req, const RequestLimits& limits, PreparedCall* call,
+// The response takes the query's encoding and float type.
+Status DecodeQueryKeyValue(const CallRequest& req, const RequestLimits& limits, PreparedCall* call,
                            TensorView* query, TensorView* key, TensorView* value) {
-  if (!req.has_query()) return Status::InvalidArgument("query: required");
-  if (req.has_key() != req.has_value()) {
+  const std::string qf = req.query_field, kf = req.key_field;
+  if (!req.query) return Status::InvalidArgument(qf + ": required");
+  const bool cross = req.op == CallOp::kCrossAttention;
+  if (cross && !req.key) return Status::InvalidArgument(kf + ": required");
+  if (!cross && req.key.has_value() != req.value.has_value()) {
     return Status::InvalidArgument(
         "key and value: set both or neither (query alone is self-attention), got only " +
-        std::string(req.has_key() ? "key" : "value"));
+        std::string(req.key ? "key" : "value"));
   }
-  auto q = Decode(req.query(), "query", DataType::kFloat32, limits, call);
+  auto q = Decode(*req.query, qf, DataType::kFloat32, limits, call);
   if (!q.ok()) return q.status();
   call->encoding = call->tensors.back().encoding;
+  call->output_type = call->tensors.back().type;
   *query = *key = *value = *q;
-  if (req.has_key()) {
-    auto k = Decode(req.key(), "key", DataType::kFloat32, limits, call);
+  if (req.key) {
+    auto k = Decode(*req.key, kf, DataType::kFloat32, limits, call);
     if (!k.ok()) return k.status();
-    auto v = Decode(req.value(), "value", DataType::kFloat32, limits, call);
+    *key = *value = *k;
+  }
+  if (!cross && req.value) {
+    auto v = Decode(*req.value, "value", DataType::kFloat32, limits, call);
     if (!v.ok()) return v.status();
-    *key = *k, *value = *v;
+    *value = *v;
   }
   return Status::Ok();
 }
@@ -73,10 +82,10 @@ struct ResolvedProjections {
   int64_t num_heads = 0;  // the model's; 0 for inline weights
 };
 
-Status ResolveProjections(const std::string& model, bool has_inline, const Projections& p,
+Status ResolveProjections(const std::string& model, const Projections* inline_weights,
                           const ModelRegistry& models, const RequestLimits& limits,
                           PreparedCall* call, ResolvedProjections* out) {
-  if (!model.empty() && has_inline) {
+  if (!model.empty() && inline_weights != nullptr) {
     return Status::InvalidArgument("model and projections: set one, not both");
   }
   if (!model.empty()) {
@@ -91,7 +100,8 @@ Status ResolveProjections(const std::string& model, bool has_inline, const Proje
     out->num_heads = m->info().num_heads;
     return Status::Ok();
   }
-  if (!has_inline) return Status::Ok();
+  if (inline_weights == nullptr) return Status::Ok();
+  const Projections& p = *inline_weights;
   int64_t elements = 0;
   auto linear = [&](bool has_w, const attention::v1::Tensor& w, bool has_b,
                     const attention::v1::Tensor& b, const char* name, bool required,
@@ -136,16 +146,7 @@ Status ResolveProjections(const std::string& model, bool has_inline, const Proje
   return Status::Ok();
 }
 
-// The masks and the projections, which every request carries under the
-// same field names.
-template <typename Request>
-Status DecodeMasksAndProjections(const Request& req, const ModelRegistry& models,
-                                 const RequestLimits& limits, PreparedCall* call,
-                                 AttentionMasks* masks, ResolvedProjections* proj) {
-  ATTN_RETURN_IF_ERROR(DecodeMasks(req, limits, call, masks));
-  return ResolveProjections(req.model(), req.has_projections(), req.projections(), models, limits,
-                            call, proj);
-}
+}  // namespace
 
 Status CheckResponseBytes(double bytes, const RequestLimits& l) {
   if (bytes > static_cast<double>(l.max_message_bytes)) {
@@ -155,6 +156,8 @@ Status CheckResponseBytes(double bytes, const RequestLimits& l) {
   }
   return Status::Ok();
 }
+
+namespace {
 
 Status CheckLimits(const AttentionCost& c, const RequestLimits& l) {
   if (c.work > l.max_attention_work) {
@@ -211,29 +214,58 @@ std::string PreparedCall::Shapes() const {
   return s;
 }
 
-Status PrepareAttention(const attention::v1::AttentionRequest& req, const ModelRegistry& models,
-                        const RequestLimits& limits, PreparedCall* call) {
+Status PrepareCall(const CallRequest& req, const ModelRegistry& models, const RequestLimits& limits,
+                   PreparedCall* call) {
   TensorView q, k, v;
   ATTN_RETURN_IF_ERROR(DecodeQueryKeyValue(req, limits, call, &q, &k, &v));
   AttentionMasks masks;
+  ATTN_RETURN_IF_ERROR(DecodeMasks(req, limits, call, &masks));
   ResolvedProjections proj;
-  ATTN_RETURN_IF_ERROR(DecodeMasksAndProjections(req, models, limits, call, &masks, &proj));
-  std::optional<float> scale;
-  if (req.has_scale()) scale = req.scale();
-
+  ATTN_RETURN_IF_ERROR(ResolveProjections(req.model, req.projections, models, limits, call, &proj));
+  const char* rpc = req.op == CallOp::kCrossAttention ? "CrossAttention" : "Attention";
+  if (req.op == CallOp::kMultiHeadAttention) {
+    if (!proj.present) {
+      return Status::InvalidArgument(
+          "model or projections: MultiHeadAttention needs one (the in/out projection weights)");
+    }
+    MultiHeadAttentionOptions opt;
+    if (!req.model.empty()) {
+      if (req.num_heads != 0 && req.num_heads != proj.num_heads) {
+        return Status::InvalidArgument("num_heads: model '" + req.model + "' has " +
+                                       std::to_string(proj.num_heads) + " heads, got " +
+                                       std::to_string(req.num_heads) + " (leave it 0)");
+      }
+      opt.num_heads = proj.num_heads;
+    } else if (req.num_heads <= 0) {
+      return Status::InvalidArgument(
+          "num_heads: required (positive) with inline projections, got " +
+          std::to_string(req.num_heads));
+    } else {
+      opt.num_heads = req.num_heads;
+    }
+    opt.masks = masks;
+    opt.scale = req.scale;
+    opt.need_weights = req.return_weights;
+    opt.average_weights = !req.per_head_weights;
+    return PrepareMha(q, k, v, opt, limits, call);
+  }
+  if (req.op == CallOp::kCrossAttention && !proj.present) {
+    return Status::InvalidArgument(
+        "model or projections: CrossAttention needs one (the query, key and value weights)");
+  }
   if (proj.present) {
-    ATTN_RETURN_IF_ERROR(SingleHeadOnly(proj, req.model(), "Attention"));
+    ATTN_RETURN_IF_ERROR(SingleHeadOnly(proj, req.model, rpc));
     MultiHeadAttentionOptions opt;
     opt.num_heads = 1;
     opt.masks = masks;
-    opt.scale = scale;
-    opt.need_weights = req.return_weights();
+    opt.scale = req.scale;
+    opt.need_weights = req.return_weights;
     return PrepareMha(q, k, v, opt, limits, call);
   }
   ScaledDotProductAttentionOptions opt;
   opt.masks = masks;
-  opt.scale = scale;
-  opt.need_weights = req.return_weights();
+  opt.scale = req.scale;
+  opt.need_weights = req.return_weights;
   auto cost = EstimateScaledDotProductAttention(q, k, v, opt);
   if (!cost.ok()) return cost.status();
   ATTN_RETURN_IF_ERROR(CheckLimits(*cost, limits));
@@ -247,83 +279,84 @@ Status PrepareAttention(const attention::v1::AttentionRequest& req, const ModelR
   return Status::Ok();
 }
 
+namespace {
+
+// The fields all three attention.v1 requests share.
+template <typename Request>
+CallRequest NativeShared(const Request& req, CallOp op) {
+  CallRequest c;
+  c.op = op;
+  c.model = req.model();
+  if (req.has_key_padding_mask()) c.key_padding_mask = wire::FromNative(req.key_padding_mask());
+  if (req.has_attn_bias()) c.attn_bias = wire::FromNative(req.attn_bias());
+  if (req.has_projections()) c.projections = &req.projections();
+  c.causal = req.causal();
+  c.return_weights = req.return_weights();
+  return c;
+}
+
+template <typename Request>
+void NativeQueryKeyValue(const Request& req, CallRequest* c) {
+  if (req.has_query()) c->query = wire::FromNative(req.query());
+  if (req.has_key()) c->key = wire::FromNative(req.key());
+  if (req.has_value()) c->value = wire::FromNative(req.value());
+}
+
+}  // namespace
+
+Status PrepareAttention(const attention::v1::AttentionRequest& req, const ModelRegistry& models,
+                        const RequestLimits& limits, PreparedCall* call) {
+  CallRequest c = NativeShared(req, CallOp::kAttention);
+  NativeQueryKeyValue(req, &c);
+  if (req.has_scale()) c.scale = req.scale();
+  return PrepareCall(c, models, limits, call);
+}
+
 Status PrepareCrossAttention(const attention::v1::CrossAttentionRequest& req,
                              const ModelRegistry& models, const RequestLimits& limits,
                              PreparedCall* call) {
-  if (!req.has_decoder()) return Status::InvalidArgument("decoder: required");
-  if (!req.has_encoder()) return Status::InvalidArgument("encoder: required");
-  auto dec = Decode(req.decoder(), "decoder", DataType::kFloat32, limits, call);
-  if (!dec.ok()) return dec.status();
-  call->encoding = call->tensors.back().encoding;
-  auto enc = Decode(req.encoder(), "encoder", DataType::kFloat32, limits, call);
-  if (!enc.ok()) return enc.status();
-  AttentionMasks masks;
-  ResolvedProjections proj;
-  ATTN_RETURN_IF_ERROR(DecodeMasksAndProjections(req, models, limits, call, &masks, &proj));
-  if (!proj.present) {
-    return Status::InvalidArgument(
-        "model or projections: CrossAttention needs one (the query, key and value weights)");
-  }
-  ATTN_RETURN_IF_ERROR(SingleHeadOnly(proj, req.model(), "CrossAttention"));
-  MultiHeadAttentionOptions opt;
-  opt.num_heads = 1;
-  opt.masks = masks;
-  if (req.has_scale()) opt.scale = req.scale();
-  opt.need_weights = req.return_weights();
-  return PrepareMha(*dec, *enc, *enc, opt, limits, call);
+  CallRequest c = NativeShared(req, CallOp::kCrossAttention);
+  c.query_field = "decoder", c.key_field = "encoder";
+  if (req.has_decoder()) c.query = wire::FromNative(req.decoder());
+  if (req.has_encoder()) c.key = wire::FromNative(req.encoder());
+  if (req.has_scale()) c.scale = req.scale();
+  return PrepareCall(c, models, limits, call);
 }
 
 Status PrepareMultiHeadAttention(const attention::v1::MultiHeadAttentionRequest& req,
                                  const ModelRegistry& models, const RequestLimits& limits,
                                  PreparedCall* call) {
-  TensorView q, k, v;
-  ATTN_RETURN_IF_ERROR(DecodeQueryKeyValue(req, limits, call, &q, &k, &v));
-  AttentionMasks masks;
-  ResolvedProjections proj;
-  ATTN_RETURN_IF_ERROR(DecodeMasksAndProjections(req, models, limits, call, &masks, &proj));
-  if (!proj.present) {
-    return Status::InvalidArgument(
-        "model or projections: MultiHeadAttention needs one (the in/out projection weights)");
-  }
-  MultiHeadAttentionOptions opt;
-  if (!req.model().empty()) {
-    if (req.num_heads() != 0 && req.num_heads() != proj.num_heads) {
-      return Status::InvalidArgument("num_heads: model '" + req.model() + "' has " +
-                                     std::to_string(proj.num_heads) + " heads, got " +
-                                     std::to_string(req.num_heads()) + " (leave it 0)");
-    }
-    opt.num_heads = proj.num_heads;
-  } else {
-    if (req.num_heads() <= 0) {
-      return Status::InvalidArgument(
-          "num_heads: required (positive) with inline projections, got " +
-          std::to_string(req.num_heads()));
-    }
-    opt.num_heads = req.num_heads();
-  }
-  opt.masks = masks;
-  opt.need_weights = req.return_weights();
-  opt.average_weights = !req.per_head_weights();
-  return PrepareMha(q, k, v, opt, limits, call);
+  CallRequest c = NativeShared(req, CallOp::kMultiHeadAttention);
+  NativeQueryKeyValue(req, &c);
+  c.num_heads = req.num_heads();
+  c.per_head_weights = req.per_head_weights();
+  return PrepareCall(c, models, limits, call);
 }
 
-OutputAllocator IntoResponse(wire::Encoding encoding, attention::v1::AttentionResponse* resp) {
-  if (encoding != wire::Encoding::kData) return {};
+OutputAllocator IntoResponse(const PreparedCall& call, attention::v1::AttentionResponse* resp) {
+  if (call.encoding != wire::Encoding::kData || call.output_type != wire::WireType::kFloat32) {
+    return {};
+  }
   return [resp](const Shape& shape) { return wire::OutputBytes(shape, resp->mutable_output()); };
 }
 
-Status EncodeResponse(const AttentionResult& result, wire::Encoding encoding,
+Status EncodeResponse(const AttentionResult& result, const PreparedCall& call,
                       const RequestLimits& limits, attention::v1::AttentionResponse* resp) {
   // From the shape: an output written in place has no data here.
   const int64_t output_elements = NumElements(result.output.shape);
+  const int64_t elem =
+      call.encoding == wire::Encoding::kData ? wire::WireTypeBytes(call.output_type) : 4;
   const double bytes =
-      4.0 * static_cast<double>(output_elements + (result.weights ? result.weights->numel() : 0));
+      static_cast<double>(elem) *
+      static_cast<double>(output_elements + (result.weights ? result.weights->numel() : 0));
   ATTN_RETURN_IF_ERROR(CheckResponseBytes(bytes, limits));
   // An output written through IntoResponse is in place: shape, dtype, bytes.
   if (!(result.output.data.empty() && output_elements > 0)) {
-    wire::EncodeTensor(result.output, encoding, resp->mutable_output());
+    wire::EncodeTensor(result.output, call.output_type, call.encoding, resp->mutable_output());
   }
-  if (result.weights) wire::EncodeTensor(*result.weights, encoding, resp->mutable_weights());
+  if (result.weights) {
+    wire::EncodeTensor(*result.weights, call.output_type, call.encoding, resp->mutable_weights());
+  }
   return Status::Ok();
 }
 

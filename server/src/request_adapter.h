@@ -1,12 +1,15 @@
-// Turns each RPC's request into a ready-to-run core call: wire checks,
-// model or inline projections, options, the cost estimate and the limits.
-// Semantic checks (shapes agree, masks broadcast, heads divide) are core's;
-// this layer only adapts.
+// Turns each request, whatever its protocol, into a ready-to-run core call:
+// wire checks, model or inline projections, options, the cost estimate and
+// the limits. A protocol front end describes its request as a CallRequest
+// (attention.v1 here, the Open Inference Protocol in oip_adapter.h); from
+// there every protocol takes the same path. Semantic checks (shapes agree,
+// masks broadcast, heads divide) are core's; this layer only adapts.
 #pragma once
 
 #include <atomic>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +22,28 @@
 
 namespace attn::server {
 
+// Which computation: SDPA (projected single-head when a model or inline
+// weights are given), cross-attention, or multi-head attention.
+enum class CallOp { kAttention, kCrossAttention, kMultiHeadAttention };
+
+// One call as a protocol carries it, not yet checked. Tensors point into
+// the protocol's message.
+struct CallRequest {
+  CallOp op = CallOp::kAttention;
+  std::string model;  // "" for none
+  // query alone is self-attention; for kCrossAttention, query is the
+  // decoder and key the encoder (value unused).
+  std::optional<wire::WireTensor> query, key, value, key_padding_mask, attn_bias;
+  const char* query_field = "query";
+  const char* key_field = "key";
+  // Inline weights (attention.v1 only); null for none.
+  const attention::v1::Projections* projections = nullptr;
+  bool causal = false;
+  std::optional<float> scale;
+  bool return_weights = false, per_head_weights = false;
+  int64_t num_heads = 0;  // kMultiHeadAttention: 0 takes the model's
+};
+
 // A validated call. Views point into the request, which must outlive it.
 struct PreparedCall {
   // Set when the client cancels or the deadline passes; core polls it
@@ -27,6 +52,7 @@ struct PreparedCall {
   std::string model;                                // "" for none, for logs
   std::vector<std::string> fields;                  // the decoded fields, in order, for logs
   wire::Encoding encoding = wire::Encoding::kData;  // of the first input; the response uses it
+  wire::WireType output_type = wire::WireType::kFloat32;  // the query's; the response's floats
   AttentionCost cost;
   // Runs the core call with `threads` compute threads; the output goes
   // where `output` says (see IntoResponse), or core allocates it.
@@ -39,6 +65,11 @@ struct PreparedCall {
   std::string Shapes() const;
 };
 
+// Checks and plans `req`; on OK, `call` is ready to compute.
+Status PrepareCall(const CallRequest& req, const ModelRegistry& models, const RequestLimits& limits,
+                   PreparedCall* call);
+
+// attention.v1's three RPCs, through PrepareCall.
 Status PrepareAttention(const attention::v1::AttentionRequest& req, const ModelRegistry& models,
                         const RequestLimits& limits, PreparedCall* call);
 Status PrepareCrossAttention(const attention::v1::CrossAttentionRequest& req,
@@ -48,15 +79,18 @@ Status PrepareMultiHeadAttention(const attention::v1::MultiHeadAttentionRequest&
                                  const ModelRegistry& models, const RequestLimits& limits,
                                  PreparedCall* call);
 
-// Where a call's output goes: with `data` encoding, core writes it straight
-// into resp.output's bytes (no copy after compute); with `values`, empty
-// (core allocates, EncodeResponse converts).
-OutputAllocator IntoResponse(wire::Encoding encoding, attention::v1::AttentionResponse* resp);
+// Where a call's output goes: with FLOAT32 `data`, core writes it straight
+// into resp.output's bytes (no copy after compute); otherwise empty (core
+// allocates, EncodeResponse converts).
+OutputAllocator IntoResponse(const PreparedCall& call, attention::v1::AttentionResponse* resp);
 
-// Fills `resp` from a finished call (an output already written through
-// IntoResponse stays in place); RESOURCE_EXHAUSTED if the encoded response
-// would exceed the message limit.
-Status EncodeResponse(const AttentionResult& result, wire::Encoding encoding,
+// Fills `resp` from a finished call, floats as call.output_type (an output
+// already written through IntoResponse stays in place); RESOURCE_EXHAUSTED
+// if the encoded response would exceed the message limit.
+Status EncodeResponse(const AttentionResult& result, const PreparedCall& call,
                       const RequestLimits& limits, attention::v1::AttentionResponse* resp);
+
+// RESOURCE_EXHAUSTED when a response of `bytes` would exceed the message limit.
+Status CheckResponseBytes(double bytes, const RequestLimits& limits);
 
 }  // namespace attn::server

@@ -66,12 +66,12 @@ void Run(const uint8_t* data, size_t size, Prepare prepare) {
   if (st.code() == attn::StatusCode::kInternal) Die("prepare", st);
   if (!st.ok()) return Report(st);
   attention::v1::AttentionResponse resp;
-  auto out = call.compute(1, attn::server::IntoResponse(call.encoding, &resp));
+  auto out = call.compute(1, attn::server::IntoResponse(call, &resp));
   if (!out.ok()) {
     if (out.status().code() == attn::StatusCode::kInternal) Die("compute", out.status());
     return Report(out.status());
   }
-  st = attn::server::EncodeResponse(*out, call.encoding, limits, &resp);
+  st = attn::server::EncodeResponse(*out, call, limits, &resp);
   if (st.code() == attn::StatusCode::kInternal) Die("encode", st);
   if (!st.ok()) return Report(st);
   int64_t n = 1;

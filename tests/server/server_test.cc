@@ -504,7 +504,7 @@ std::vector<BadCase> BadCases() {
        kInvalid, "query: rank must be 2 to 4, got 1"},
       {"byte length",
        Attn([](AttentionRequest& r) { r.mutable_query()->mutable_data()->resize(12); }), kInvalid,
-       "query: data has 12 bytes, expected 40 (shape [5, 2] x 4 bytes float32)"},
+       "query: data has 12 bytes, expected 40 (shape [5, 2] x 4 bytes DATA_TYPE_FLOAT32)"},
       {"values count", Attn([](AttentionRequest& r) {
          *r.mutable_query() = client::ToWire(Array({5, 2}, {1, 2, 3}), Encoding::kValues);
        }),
@@ -524,14 +524,22 @@ std::vector<BadCase> BadCases() {
       {"huge valid shape",
        Attn([](AttentionRequest& r) { r.mutable_query()->set_shape(0, int64_t{1} << 30); }),
        StatusCode::RESOURCE_EXHAUSTED, "query: 2147483648 elements exceed the limit of 67108864"},
-      {"bfloat16", Attn([](AttentionRequest& r) {
+      {"bfloat16 with float32 bytes", Attn([](AttentionRequest& r) {
          r.mutable_query()->set_dtype(attention::v1::DATA_TYPE_BFLOAT16);
        }),
-       kInvalid, "query: dtype DATA_TYPE_BFLOAT16 is not implemented yet; send DATA_TYPE_FLOAT32"},
+       kInvalid,
+       "query: data has 40 bytes, expected 20 (shape [5, 2] x 2 bytes DATA_TYPE_BFLOAT16)"},
+      {"float16 as values", Attn([](AttentionRequest& r) {
+         *r.mutable_query() = client::ToWire(RandomArray({5, 2}, 1), Encoding::kValues);
+         r.mutable_query()->set_dtype(attention::v1::DATA_TYPE_FLOAT16);
+       }),
+       kInvalid, "query: DATA_TYPE_FLOAT16 travels as data bytes only, got values"},
       {"unknown dtype", Attn([](AttentionRequest& r) {
          r.mutable_query()->set_dtype(static_cast<attention::v1::DataType>(99));
        }),
-       kInvalid, "query: dtype must be DATA_TYPE_FLOAT32, got unknown data type 99"},
+       kInvalid,
+       "query: dtype must be DATA_TYPE_FLOAT32, DATA_TYPE_FLOAT16 or DATA_TYPE_BFLOAT16, got "
+       "unknown data type 99"},
       {"key without value", Attn([](AttentionRequest& r) { *r.mutable_key() = r.query(); }),
        kInvalid,
        "key and value: set both or neither (query alone is self-attention), got only key"},

@@ -46,7 +46,12 @@ std::vector<std::pair<std::string, attention::v1::Tensor>> MalformedTensors() {
   cases.emplace_back("unknown dtype", dtype);
   auto half = Floats({1, 2}, 2);
   half.set_dtype(attention::v1::DATA_TYPE_FLOAT16);
-  cases.emplace_back("float16", half);
+  cases.emplace_back("float16 with float32-sized data", half);
+  auto half_values = Floats({1, 2}, 0);
+  half_values.set_dtype(attention::v1::DATA_TYPE_BFLOAT16);
+  half_values.clear_data();
+  half_values.add_values(1), half_values.add_values(2);
+  cases.emplace_back("bfloat16 as values", half_values);
   auto negative = Floats({2, 2}, 4);
   negative.set_shape(0, -2);
   cases.emplace_back("negative dim", negative);
@@ -73,19 +78,29 @@ TEST(TensorCodec, SameMalformedTensorSameCodeAndMessageOnBothEnds) {
   }
 }
 
-TEST(TensorCodec, EncodeDenseRoundTripsFloatAndBoolInBothEncodings) {
+TEST(TensorCodec, EncodeDenseRoundTripsEveryTypeInBothEncodings) {
+  // Exact in float16 and bfloat16 too.
   const std::vector<float> floats = {1.5f, -2, 0, 3.25f, 7, -0.5f};
   const std::vector<float> bools = {1, 0, 0, 1, 1, 0};
+  using wire::WireType;
   for (auto enc : {wire::Encoding::kData, wire::Encoding::kValues}) {
-    for (bool is_bool : {false, true}) {
+    for (WireType type :
+         {WireType::kFloat32, WireType::kFloat16, WireType::kBFloat16, WireType::kBool}) {
+      const bool is_bool = type == WireType::kBool;
       const auto& src = is_bool ? bools : floats;
       attention::v1::Tensor t;
-      wire::EncodeDense({2, 3}, src.data(), src.size(),
-                        is_bool ? DataType::kBool : DataType::kFloat32, enc, &t);
+      wire::EncodeDense({2, 3}, src.data(), src.size(), type, enc, &t);
+      EXPECT_EQ(t.dtype(), wire::NativeDataType(type));
       wire::DecodedTensor d;
       ASSERT_TRUE(
           wire::DecodeTensor(t, "x", is_bool ? DataType::kBool : DataType::kFloat32, 100, &d).ok());
-      EXPECT_EQ(d.encoding, enc);
+      EXPECT_EQ(d.type, type);
+      // Half types always travel as data, half the bytes of float32.
+      const bool half = type == WireType::kFloat16 || type == WireType::kBFloat16;
+      EXPECT_EQ(d.encoding, half ? wire::Encoding::kData : enc);
+      if (half) {
+        EXPECT_EQ(t.data().size(), 2 * src.size());
+      }
       EXPECT_EQ(d.view.shape, (Shape{2, 3}));
       for (size_t i = 0; i < src.size(); ++i) {
         const float got = is_bool ? static_cast<float>(d.view.u8()[i] != 0) : d.view.f32()[i];

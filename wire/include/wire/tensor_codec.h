@@ -1,13 +1,17 @@
-// Wire tensors (attention.v1.Tensor) to core views and back: the only place
-// a wire Tensor is decoded or encoded, for the server and the client alike.
+// Wire tensors to core views and back: the only place a tensor from the
+// network is decoded or encoded, for every protocol (attention.v1 and the
+// Open Inference Protocol), for the server and the client alike.
 //
-// Decoding does not copy float data: a view points into the request's `data`
-// bytes or `values` array, so the request must outlive the view. Only a BOOL
-// tensor sent as `values` is converted (to one byte per element).
+// A protocol first describes its tensor as a WireTensor (pointers into its
+// message); DecodeTensor checks it and views it. Float32 and one-byte BOOL
+// data are not copied: the view points into the message, which must outlive
+// it. FLOAT16/BFLOAT16 (raw bytes only) are widened exactly to float32, and
+// BOOL sent as floats is converted, into storage the DecodedTensor owns.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "attention/v1/attention.pb.h"
@@ -16,21 +20,59 @@
 
 namespace attn::wire {
 
-// How a tensor's elements travel: raw `data` bytes or the `values` array.
+// The element types the service takes on the wire.
+enum class WireType { kFloat32, kFloat16, kBFloat16, kBool, kOther };
+
+// Bytes per element (0 for kOther).
+int64_t WireTypeBytes(WireType type);
+
+// How a tensor's elements travel: raw little-endian bytes (attention.v1
+// `data`, OIP raw contents) or a typed array (`values`, OIP contents).
 enum class Encoding { kData, kValues };
+
+// One tensor as a protocol carries it, not yet checked. Points into the
+// message.
+struct WireTensor {
+  WireType type = WireType::kFloat32;
+  std::string type_name;  // as the protocol spells it, for messages
+  Shape shape;
+  bool has_raw = false;
+  std::string_view raw;
+  // The typed array: floats, or bools (one byte each); count elements.
+  const float* floats = nullptr;
+  const bool* bools = nullptr;
+  int64_t typed_count = 0;
+  // The protocol's names, for messages: the two forms, the type field, and
+  // the types a float or a bool field takes.
+  const char* raw_name = "data";
+  const char* typed_name = "values";
+  const char* type_field = "dtype";
+  const char* float_types = "DATA_TYPE_FLOAT32, DATA_TYPE_FLOAT16 or DATA_TYPE_BFLOAT16";
+  const char* bool_type = "DATA_TYPE_BOOL";
+};
 
 struct DecodedTensor {
   TensorView view;
   Encoding encoding = Encoding::kData;
-  std::vector<uint8_t> bool_storage;  // BOOL from `values` only
+  WireType type = WireType::kFloat32;  // as sent
+  std::vector<uint8_t> bool_storage;   // BOOL sent as floats
+  std::vector<float> float_storage;    // FLOAT16/BFLOAT16, widened
 };
 
-// Checks the wire form of `t` and views it. `field` names it in errors
-// ("query", "projections.q_weight"). `expected` is the element type the
-// field takes (FLOAT32, or BOOL for masks). Errors: INVALID_ARGUMENT for a
-// bad dtype, negative dim, both or neither of data/values, or a byte length
-// that is not the product of the dims; RESOURCE_EXHAUSTED above
-// `max_elements`. Never allocates more than the message already holds.
+// Checks `t` and views it. `field` names it in errors ("query",
+// "projections.q_weight"). `expected` is what the field takes: kFloat32
+// (sent as float32, float16 or bfloat16) or kBool. Errors: INVALID_ARGUMENT
+// for a bad dtype, negative dim, rank over 8, both or neither of raw/typed,
+// a half type sent typed, or a size that is not the product of the dims;
+// RESOURCE_EXHAUSTED above `max_elements`. Allocates at most 4 bytes per
+// element, for elements the message already holds.
+Status DecodeTensor(const WireTensor& t, const std::string& field, DataType expected,
+                    int64_t max_elements, DecodedTensor* out);
+
+// attention.v1.Tensor as a WireTensor.
+WireTensor FromNative(const attention::v1::Tensor& t);
+
+// DecodeTensor(FromNative(t), ...).
 Status DecodeTensor(const attention::v1::Tensor& t, const std::string& field, DataType expected,
                     int64_t max_elements, DecodedTensor* out);
 
@@ -38,17 +80,27 @@ Status DecodeTensor(const attention::v1::Tensor& t, const std::string& field, Da
 // encoding, and returns its bytes for the values to be written into.
 float* OutputBytes(const Shape& shape, attention::v1::Tensor* dst);
 
-// Writes `src` into `dst` in `encoding` (FLOAT32).
-void EncodeTensor(const Tensor& src, Encoding encoding, attention::v1::Tensor* dst);
+// Writes `n` float32 `src` values into `dst` as `type` (kFloat32, or a half
+// type rounded to nearest even); `dst` holds n * WireTypeBytes(type) bytes.
+void NarrowInto(const float* src, int64_t n, WireType type, char* dst);
+
+// Writes `src` into `dst` in `encoding`, as `type` (kFloat32, kFloat16 or
+// kBFloat16; the half types always as `data`).
+void EncodeTensor(const Tensor& src, WireType type, Encoding encoding, attention::v1::Tensor* dst);
 
 // Writes `shape` and the `n` dense row-major `values` into `dst` in
-// `encoding`, as FLOAT32, or as BOOL (value != 0) when `dtype` is kBool. `n`
-// is written as given, even when it does not match the shape (tests send
-// such tensors on purpose; the receiver refuses them).
-void EncodeDense(const Shape& shape, const float* values, size_t n, DataType dtype,
+// `encoding`, as `type`: FLOAT32, a half type (rounded; `data` only), or
+// BOOL (value != 0). `n` is written as given, even when it does not match
+// the shape (tests send such tensors on purpose; the receiver refuses them).
+void EncodeDense(const Shape& shape, const float* values, size_t n, WireType type,
                  Encoding encoding, attention::v1::Tensor* dst);
 
 // "DATA_TYPE_FLOAT32"
 std::string WireDataTypeName(int dtype);
+
+// attention.v1's dtype enum value for `type`, and back (kOther for any
+// other value).
+int NativeDataType(WireType type);
+WireType FromNativeDataType(int dtype);
 
 }  // namespace attn::wire
