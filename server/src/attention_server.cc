@@ -95,6 +95,7 @@ StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerCo
   options.auth = s->auth_.get();
   options.metrics = s->metrics_.get();
   s->service_ = std::make_unique<AttentionServiceImpl>(options);
+  s->oip_service_ = std::make_unique<OipServiceImpl>(s->service_.get(), &s->ready_);
   auto credentials = Credentials(config);
   if (!credentials.ok()) return credentials.status();
 
@@ -107,6 +108,7 @@ StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerCo
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(address, *credentials, &s->port_);
   builder.RegisterService(s->service_.get());
+  builder.RegisterService(s->oip_service_.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.limits.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(config.limits.max_message_bytes));
   s->server_ = builder.BuildAndStart();
@@ -150,6 +152,7 @@ StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerCo
       fmt::format("{} models warmed up in {:.0f} ms; SERVING", s->models_->All().size(),
                   std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
                       .count()));
+  s->ready_ = true;
   s->SetServing(true);
   return s;
 }
@@ -178,6 +181,7 @@ void AttentionServer::SetServing(bool serving) {
 void AttentionServer::Shutdown(std::chrono::milliseconds grace) {
   if (shut_down_ || !server_) return;
   shut_down_ = true;
+  ready_ = false;
   SetServing(false);
   server_->Shutdown(std::chrono::system_clock::now() + grace);
   server_->Wait();

@@ -1,10 +1,12 @@
 // A running attention-server: models, compute scheduler, the gRPC server with
-// AttentionService, grpc.health.v1 and server reflection. Used by main() and,
+// AttentionService, the Open Inference Protocol's GRPCInferenceService,
+// grpc.health.v1 and server reflection. Used by main() and,
 // in-process, by the tests.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -14,6 +16,7 @@
 #include "compute_scheduler.h"
 #include "metrics_http.h"
 #include "model_registry.h"
+#include "oip_service.h"
 #include "server_config.h"
 #include "server_metrics.h"
 #include "token_auth.h"
@@ -63,6 +66,8 @@ class AttentionServer {
   std::unique_ptr<TokenAuth> auth_;         // null without --auth-token-file
   std::unique_ptr<ServerMetrics> metrics_;  // null without --metrics-port
   std::unique_ptr<AttentionServiceImpl> service_;
+  std::unique_ptr<OipServiceImpl> oip_service_;
+  std::atomic<bool> ready_{false};  // every model loaded and warmed up (OIP ServerReady)
   std::unique_ptr<MetricsHttpServer> metrics_http_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

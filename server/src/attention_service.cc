@@ -52,7 +52,7 @@ class CallReactor final : public grpc::ServerUnaryReactor {
   Clock::time_point start() const { return start_; }
 
   // Finishes the call. `began`: when it reached a CPU (default: it never did).
-  void Done(const Status& st, const attention::v1::AttentionResponse* resp,
+  void Done(const Status& st, const google::protobuf::MessageLite* resp,
             Clock::time_point began = {}) {
     const auto now = Clock::now();
     const bool computed = began != Clock::time_point{};
@@ -113,16 +113,14 @@ Status AttentionServiceImpl::Authenticate(grpc::CallbackServerContext* ctx) cons
   return options_.auth->Check(it->second.data(), it->second.size());
 }
 
-template <typename Request, typename Prepare>
-grpc::ServerUnaryReactor* AttentionServiceImpl::Handle(Rpc rpc, grpc::CallbackServerContext* ctx,
-                                                       const Request* req,
-                                                       attention::v1::AttentionResponse* resp,
-                                                       Prepare prepare) {
+grpc::ServerUnaryReactor* AttentionServiceImpl::Serve(
+    Rpc rpc, grpc::CallbackServerContext* ctx, int64_t bytes_in,
+    const google::protobuf::MessageLite* resp,
+    const std::function<Status(PreparedCall*)>& prepare) {
   // Counted from here until Done(), rejected calls included.
   const int in_flight = in_flight_.fetch_add(1, std::memory_order_relaxed) + 1;
   arrived_.fetch_add(1, std::memory_order_relaxed);
-  auto* reactor = new CallReactor(
-      this, rpc, ctx, options_.metrics != nullptr ? static_cast<int64_t>(req->ByteSizeLong()) : 0);
+  auto* reactor = new CallReactor(this, rpc, ctx, options_.metrics != nullptr ? bytes_in : 0);
   Status st = Authenticate(ctx);
   if (!st.ok()) {
     reactor->Done(st, nullptr);
@@ -136,7 +134,7 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Handle(Rpc rpc, grpc::CallbackSe
     return reactor;
   }
   const std::shared_ptr<PreparedCall>& call = reactor->call();
-  st = prepare(*req, *options_.models, options_.limits, call.get());
+  st = prepare(call.get());
   if (!st.ok()) {
     reactor->Done(st, nullptr);
     return reactor;
@@ -158,9 +156,8 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Handle(Rpc rpc, grpc::CallbackSe
     } else {
       // Core throws nothing; this is a last guard.
       result = GuardExceptions("unexpected error", [&] {
-        auto out = call->compute(granted, IntoResponse(*call, resp));
-        return out.ok() ? EncodeResponse(*out, *call, options_.limits, resp)
-                        : out.status();
+        auto out = call->compute(granted, call->output);
+        return out.ok() ? call->respond(*out) : out.status();
       });
     }
     reactor->Done(result, resp, began);
@@ -177,6 +174,36 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Handle(Rpc rpc, grpc::CallbackSe
         nullptr);
   }
   return reactor;
+}
+
+grpc::ServerUnaryReactor* AttentionServiceImpl::ServeSimple(
+    Rpc rpc, grpc::CallbackServerContext* ctx, const google::protobuf::MessageLite* resp,
+    const std::function<Status()>& answer) {
+  const auto start = Clock::now();
+  Status st = Authenticate(ctx);
+  if (st.ok()) st = answer();
+  Account(rpc, nullptr, st, start, {}, Clock::now(), 0, st.ok() ? resp : nullptr, ctx);
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(wire::ToGrpcStatus(st));
+  return reactor;
+}
+
+template <typename Request, typename Prepare>
+grpc::ServerUnaryReactor* AttentionServiceImpl::Handle(Rpc rpc, grpc::CallbackServerContext* ctx,
+                                                       const Request* req,
+                                                       attention::v1::AttentionResponse* resp,
+                                                       Prepare prepare) {
+  return Serve(rpc, ctx,
+               options_.metrics != nullptr ? static_cast<int64_t>(req->ByteSizeLong()) : 0, resp,
+               [&](PreparedCall* call) {
+                 ATTN_RETURN_IF_ERROR(prepare(*req, *options_.models, options_.limits, call));
+                 call->output = IntoResponse(*call, resp);
+                 const RequestLimits* limits = &options_.limits;
+                 call->respond = [call, limits, resp](const AttentionResult& r) {
+                   return EncodeResponse(r, *call, *limits, resp);
+                 };
+                 return Status::Ok();
+               });
 }
 
 grpc::ServerUnaryReactor* AttentionServiceImpl::Attention(
@@ -200,9 +227,7 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::MultiHeadAttention(
 grpc::ServerUnaryReactor* AttentionServiceImpl::ListModels(
     grpc::CallbackServerContext* ctx, const attention::v1::ListModelsRequest* /*req*/,
     attention::v1::ListModelsResponse* resp) {
-  const auto start = Clock::now();
-  Status st = Authenticate(ctx);
-  if (st.ok()) {
+  return ServeSimple(Rpc::kListModels, ctx, resp, [this, resp] {
     for (const AttentionModel* m : options_.models->All()) {
       const ModelInfo& info = m->info();
       auto* out = resp->add_models();
@@ -213,11 +238,8 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::ListModels(
       out->set_kdim(info.kdim);
       out->set_vdim(info.vdim);
     }
-  }
-  Account(Rpc::kListModels, nullptr, st, start, {}, Clock::now(), 0, resp, ctx);
-  auto* reactor = ctx->DefaultReactor();
-  reactor->Finish(wire::ToGrpcStatus(st));
-  return reactor;
+    return Status::Ok();
+  });
 }
 
 }  // namespace attn::server

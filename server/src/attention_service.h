@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "attention/v1/attention.grpc.pb.h"
@@ -56,6 +57,22 @@ class AttentionServiceImpl final : public attention::v1::AttentionService::Callb
 
   // Requests below this many FLOPs run on one thread, the rest on all CPUs.
   static constexpr double kParallelFlops = 16e6;
+
+  // The path every attention call takes, whatever its protocol: token,
+  // admission, `prepare(call)` (which checks the request and sets the
+  // call's compute, output and respond), a CPU, compute, respond, then the
+  // access line and metrics. `bytes_in` is the request's size, for metrics.
+  grpc::ServerUnaryReactor* Serve(Rpc rpc, grpc::CallbackServerContext* ctx, int64_t bytes_in,
+                                  const google::protobuf::MessageLite* resp,
+                                  const std::function<Status(PreparedCall*)>& prepare);
+
+  // A call that never reaches a CPU (metadata, readiness): token check,
+  // then `answer()`, then the access line and metrics.
+  grpc::ServerUnaryReactor* ServeSimple(Rpc rpc, grpc::CallbackServerContext* ctx,
+                                        const google::protobuf::MessageLite* resp,
+                                        const std::function<Status()>& answer);
+
+  const ServiceOptions& options() const { return options_; }
 
   // Calls dropped before computing because their deadline passed or the
   // client cancelled while they waited for a CPU.

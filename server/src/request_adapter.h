@@ -57,6 +57,10 @@ struct PreparedCall {
   // Runs the core call with `threads` compute threads; the output goes
   // where `output` says (see IntoResponse), or core allocates it.
   std::function<StatusOr<AttentionResult>(int threads, OutputAllocator output)> compute;
+  // Set by the protocol's front end: where core writes the output (empty:
+  // core allocates it), and how a finished result becomes the response.
+  OutputAllocator output;
+  std::function<Status(const AttentionResult&)> respond;
   // Storage behind the views (deque: stable addresses).
   std::deque<wire::DecodedTensor> tensors;
   ProjectionWeights projections;

@@ -62,8 +62,27 @@ const char* RpcName(Rpc rpc) {
       return "MultiHeadAttention";
     case Rpc::kListModels:
       return "ListModels";
+    case Rpc::kModelInfer:
+    case Rpc::kHttpInfer:
+      return "ModelInfer";
+    case Rpc::kOipMetadata:
+    case Rpc::kHttpMetadata:
+      return "Metadata";
   }
   return "?";
+}
+
+const char* ProtocolName(Rpc rpc) {
+  switch (rpc) {
+    case Rpc::kModelInfer:
+    case Rpc::kOipMetadata:
+      return "oip-grpc";
+    case Rpc::kHttpInfer:
+    case Rpc::kHttpMetadata:
+      return "oip-http";
+    default:
+      return "attention.v1";
+  }
 }
 
 struct alignas(64) ServerMetrics::Shard {
@@ -121,8 +140,8 @@ std::string ServerMetrics::Render(const MetricsGauges& g) const {
   out.reserve(16384);
 
   out +=
-      "# HELP attn_requests_total Finished calls, by RPC, model (\"-\": inline weights or none) "
-      "and gRPC status code.\n# TYPE attn_requests_total counter\n";
+      "# HELP attn_requests_total Finished calls, by RPC, model (\"-\": inline weights or none), "
+      "gRPC status code and protocol.\n# TYPE attn_requests_total counter\n";
   for (int r = 0; r < kNumRpcs; ++r) {
     for (int m = 0; m < models; ++m) {
       for (int c = 0; c < kNumCodes; ++c) {
@@ -132,7 +151,8 @@ std::string ServerMetrics::Render(const MetricsGauges& g) const {
         if (n == 0) continue;
         out += "attn_requests_total{rpc=\"" + std::string(RpcName(static_cast<Rpc>(r))) +
                "\",model=\"" + model_name(m) + "\",code=\"" +
-               StatusCodeName(static_cast<StatusCode>(c)) + "\"} " + std::to_string(n) + "\n";
+               StatusCodeName(static_cast<StatusCode>(c)) + "\",protocol=\"" +
+               ProtocolName(static_cast<Rpc>(r)) + "\"} " + std::to_string(n) + "\n";
       }
     }
   }
@@ -140,7 +160,8 @@ std::string ServerMetrics::Render(const MetricsGauges& g) const {
   auto histogram = [&](const char* name, const char* help, Histogram(Shard::*which)[kNumRpcs]) {
     out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " histogram\n";
     for (int r = 0; r < kNumRpcs; ++r) {
-      const std::string rpc = RpcName(static_cast<Rpc>(r));
+      const std::string rpc = std::string(RpcName(static_cast<Rpc>(r))) + "\",protocol=\"" +
+                              ProtocolName(static_cast<Rpc>(r));
       uint64_t cumulative = 0;
       for (int b = 0; b < kNumBuckets; ++b) {
         cumulative +=
@@ -167,8 +188,8 @@ std::string ServerMetrics::Render(const MetricsGauges& g) const {
     out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n";
     for (int r = 0; r < kNumRpcs; ++r) {
       const uint64_t n = sum([&](const Shard& s) -> const Counter& { return (s.*which)[r]; });
-      out += std::string(name) + "{rpc=\"" + RpcName(static_cast<Rpc>(r)) + "\"} " +
-             std::to_string(n) + "\n";
+      out += std::string(name) + "{rpc=\"" + RpcName(static_cast<Rpc>(r)) + "\",protocol=\"" +
+             ProtocolName(static_cast<Rpc>(r)) + "\"} " + std::to_string(n) + "\n";
     }
   };
   per_rpc("attn_request_bytes_total", "Serialized request bytes received.", &Shard::bytes_in);

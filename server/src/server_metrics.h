@@ -18,9 +18,23 @@
 
 namespace attn::server {
 
-enum class Rpc { kAttention, kCrossAttention, kMultiHeadAttention, kListModels };
-constexpr int kNumRpcs = 4;
+// The calls counted, of every protocol: attention.v1, the Open Inference
+// Protocol over gRPC (ModelInfer; the readiness and metadata RPCs together)
+// and over HTTP.
+enum class Rpc {
+  kAttention,
+  kCrossAttention,
+  kMultiHeadAttention,
+  kListModels,
+  kModelInfer,
+  kOipMetadata,
+  kHttpInfer,
+  kHttpMetadata,
+};
+constexpr int kNumRpcs = 8;
 const char* RpcName(Rpc rpc);
+// "attention.v1", "oip-grpc" or "oip-http".
+const char* ProtocolName(Rpc rpc);
 
 // What a scrape reads besides the counters: gauges owned by others.
 struct MetricsGauges {

@@ -75,8 +75,8 @@ kill -0 "$pid" || fail "SIGHUP stopped the server"
 
 # /metrics counts the refusals; the tokens appear nowhere.
 metrics=$(/usr/bin/python3 -c "import urllib.request,sys; print(urllib.request.urlopen('http://127.0.0.1:$metrics_port/metrics', timeout=5).read().decode())")
-grep -q 'attn_requests_total{rpc="Attention",model="-",code="UNAUTHENTICATED"} 1' <<<"$metrics" || fail "metrics: $(echo "$metrics" | grep requests_total)"
-grep -q 'attn_requests_total{rpc="MultiHeadAttention",model="demo-mha-small",code="OK"}' <<<"$metrics" || fail "metrics lack the bench calls"
+grep -q 'attn_requests_total{rpc="Attention",model="-",code="UNAUTHENTICATED",protocol="attention.v1"} 1' <<<"$metrics" || fail "metrics: $(echo "$metrics" | grep requests_total)"
+grep -q 'attn_requests_total{rpc="MultiHeadAttention",model="demo-mha-small",code="OK",protocol="attention.v1"}' <<<"$metrics" || fail "metrics lack the bench calls"
 for t in "$token1" "$token2"; do
   ! grep -q "$t" "$dir/server.log" || fail "a token is in the server log"
   ! grep -q "$t" <<<"$metrics" || fail "a token is in /metrics"

@@ -7,7 +7,7 @@
   client -> core, wire, proto, gRPC               (never server/)
 
 A quoted include is "attn/..." (core), "wire/..." (wire), a generated proto
-header ("attention/v1/...", "grpc/health/...") or a header of the including
+header ("attention/v1/...", "grpc/health/...", "inference/...") or a header of the including
 folder itself. Usage: check_layers.py [ROOT]; exit 1 with a list on a breach.
 """
 import os
@@ -36,7 +36,7 @@ def owner(header, layer, folder_headers):
         return "core"
     if header.startswith("wire/"):
         return "wire"
-    if header.startswith(("attention/v1/", "grpc/health/")):
+    if header.startswith(("attention/v1/", "grpc/health/", "inference/")):
         return "proto"
     if os.path.basename(header) in folder_headers[layer]:
         return layer

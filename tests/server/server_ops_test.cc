@@ -316,29 +316,61 @@ TEST(Metrics, ScrapeCountsKnownTraffic) {
       [&] {
         text = Scrape(s->metrics_port());
         return Sample(text, "attn_inflight_requests") == 0 &&
-               Sample(text, R"(attn_requests_total{rpc="ListModels",model="-",code="OK"})") == 1;
+               Sample(
+                   text,
+                   R"(attn_requests_total{rpc="ListModels",model="-",code="OK",protocol="attention.v1"})") ==
+                   1;
       },
       std::chrono::seconds(10)))
       << text;
-  EXPECT_EQ(Sample(text, R"(attn_requests_total{rpc="Attention",model="-",code="OK"})"), 3);
+  EXPECT_EQ(
+      Sample(text,
+             R"(attn_requests_total{rpc="Attention",model="-",code="OK",protocol="attention.v1"})"),
+      3);
   EXPECT_EQ(
       Sample(
           text,
-          R"(attn_requests_total{rpc="MultiHeadAttention",model="demo-mha-small",code="INVALID_ARGUMENT"})"),
+          R"(attn_requests_total{rpc="MultiHeadAttention",model="demo-mha-small",code="INVALID_ARGUMENT",protocol="attention.v1"})"),
       2);
   EXPECT_EQ(
-      Sample(text, R"(attn_requests_total{rpc="MultiHeadAttention",model="-",code="NOT_FOUND"})"),
+      Sample(
+          text,
+          R"(attn_requests_total{rpc="MultiHeadAttention",model="-",code="NOT_FOUND",protocol="attention.v1"})"),
       1);
-  EXPECT_EQ(Sample(text, R"(attn_request_duration_seconds_count{rpc="Attention"})"), 3);
-  EXPECT_EQ(Sample(text, R"(attn_request_duration_seconds_bucket{rpc="Attention",le="+Inf"})"), 3);
-  EXPECT_EQ(Sample(text, R"(attn_request_duration_seconds_count{rpc="MultiHeadAttention"})"), 3);
-  EXPECT_EQ(Sample(text, R"(attn_compute_duration_seconds_count{rpc="Attention"})"), 3);
-  EXPECT_EQ(Sample(text, R"(attn_queue_duration_seconds_count{rpc="Attention"})"), 3);
+  EXPECT_EQ(
+      Sample(text,
+             R"(attn_request_duration_seconds_count{rpc="Attention",protocol="attention.v1"})"),
+      3);
+  EXPECT_EQ(
+      Sample(
+          text,
+          R"(attn_request_duration_seconds_bucket{rpc="Attention",protocol="attention.v1",le="+Inf"})"),
+      3);
+  EXPECT_EQ(
+      Sample(
+          text,
+          R"(attn_request_duration_seconds_count{rpc="MultiHeadAttention",protocol="attention.v1"})"),
+      3);
+  EXPECT_EQ(
+      Sample(text,
+             R"(attn_compute_duration_seconds_count{rpc="Attention",protocol="attention.v1"})"),
+      3);
+  EXPECT_EQ(
+      Sample(text, R"(attn_queue_duration_seconds_count{rpc="Attention",protocol="attention.v1"})"),
+      3);
   // Rejected before computing: no queue or compute time.
-  EXPECT_EQ(Sample(text, R"(attn_compute_duration_seconds_count{rpc="MultiHeadAttention"})"), 0);
-  EXPECT_GT(Sample(text, R"(attn_request_duration_seconds_sum{rpc="Attention"})"), 0);
-  EXPECT_EQ(Sample(text, R"(attn_request_bytes_total{rpc="Attention"})"), bytes_in);
-  EXPECT_EQ(Sample(text, R"(attn_response_bytes_total{rpc="Attention"})"), bytes_out);
+  EXPECT_EQ(
+      Sample(
+          text,
+          R"(attn_compute_duration_seconds_count{rpc="MultiHeadAttention",protocol="attention.v1"})"),
+      0);
+  EXPECT_GT(
+      Sample(text, R"(attn_request_duration_seconds_sum{rpc="Attention",protocol="attention.v1"})"),
+      0);
+  EXPECT_EQ(Sample(text, R"(attn_request_bytes_total{rpc="Attention",protocol="attention.v1"})"),
+            bytes_in);
+  EXPECT_EQ(Sample(text, R"(attn_response_bytes_total{rpc="Attention",protocol="attention.v1"})"),
+            bytes_out);
   EXPECT_EQ(Sample(text, "attn_queued_requests"), 0);
   EXPECT_EQ(Sample(text, "attn_compute_threads"), s->compute_threads());
   EXPECT_EQ(
@@ -350,7 +382,7 @@ TEST(Metrics, ScrapeCountsKnownTraffic) {
   EXPECT_GT(Sample(text, "process_resident_memory_bytes"), 10 << 20);
   // Histogram buckets are cumulative.
   std::regex bucket(
-      R"re(attn_request_duration_seconds_bucket\{rpc="Attention",le="[^"]+"\} (\d+))re");
+      R"re(attn_request_duration_seconds_bucket\{rpc="Attention",protocol="attention.v1",le="[^"]+"\} (\d+))re");
   int64_t last = 0;
   int buckets = 0;
   for (std::sregex_iterator it(text.begin(), text.end(), bucket), end; it != end; ++it) {
@@ -481,9 +513,11 @@ TEST(Auth, CallsNeedAValidBearerTokenAndHealthStaysOpen) {
     EXPECT_EQ(text.find(token), std::string::npos) << token << " in the log:\n" << text;
   }
   EXPECT_EQ(Scrape(s->metrics_port()).find(kTokenA), std::string::npos);
-  EXPECT_GE(Sample(Scrape(s->metrics_port()),
-                   R"(attn_requests_total{rpc="Attention",model="-",code="UNAUTHENTICATED"})"),
-            4);
+  EXPECT_GE(
+      Sample(
+          Scrape(s->metrics_port()),
+          R"(attn_requests_total{rpc="Attention",model="-",code="UNAUTHENTICATED",protocol="attention.v1"})"),
+      4);
 }
 
 TEST(Auth, MissingOrEmptyTokenFileStopsTheStart) {

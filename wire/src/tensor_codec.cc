@@ -159,12 +159,11 @@ Status DecodeTensor(const WireTensor& t, const std::string& field, DataType expe
   out->view.shape = t.shape;
   out->view.strides = DenseStrides(t.shape);
   out->view.dtype = expected;
-  if (t.has_raw || (*numel > 0 && !has_typed && IsHalf(t.type))) {
-    return ViewRaw(t, field, *numel, out);
-  }
+  if (t.has_raw || (*numel == 0 && IsHalf(t.type))) return ViewRaw(t, field, *numel, out);
   if (IsHalf(t.type)) {
-    return Status::InvalidArgument(field + ": " + t.type_name + " travels as " + t.raw_name +
-                                   " bytes only, got " + t.typed_name);
+    return Status::InvalidArgument(
+        field + ": " + t.type_name + " travels as " + t.raw_name + " bytes only, " +
+        (has_typed ? "got " + std::string(t.typed_name) : "and none came"));
   }
   if (t.typed_count != *numel) {
     return Status::InvalidArgument(field + ": shape " + ShapeToString(t.shape) + " needs " +

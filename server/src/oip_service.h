@@ -1,0 +1,44 @@
+// inference.GRPCInferenceService (the Open Inference Protocol over gRPC) on
+// the attention server's port. ModelInfer takes the same path as every
+// attention.v1 call (AttentionServiceImpl::Serve): token, admission,
+// limits, CPU budget, deadlines, metrics and the access log.
+#pragma once
+
+#include <atomic>
+
+#include "attention_service.h"
+#include "inference/open_inference_grpc.grpc.pb.h"
+
+namespace attn::server {
+
+class OipServiceImpl final : public inference::GRPCInferenceService::CallbackService {
+ public:
+  // `calls` and `ready` must outlive the service. `ready`: every model is
+  // loaded and warmed up.
+  OipServiceImpl(AttentionServiceImpl* calls, const std::atomic<bool>* ready);
+
+  grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* ctx,
+                                       const inference::ServerLiveRequest* req,
+                                       inference::ServerLiveResponse* resp) override;
+  grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* ctx,
+                                        const inference::ServerReadyRequest* req,
+                                        inference::ServerReadyResponse* resp) override;
+  grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* ctx,
+                                       const inference::ModelReadyRequest* req,
+                                       inference::ModelReadyResponse* resp) override;
+  grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* ctx,
+                                           const inference::ServerMetadataRequest* req,
+                                           inference::ServerMetadataResponse* resp) override;
+  grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* ctx,
+                                          const inference::ModelMetadataRequest* req,
+                                          inference::ModelMetadataResponse* resp) override;
+  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx,
+                                       const inference::ModelInferRequest* req,
+                                       inference::ModelInferResponse* resp) override;
+
+ private:
+  AttentionServiceImpl* const calls_;
+  const std::atomic<bool>* const ready_;
+};
+
+}  // namespace attn::server
