@@ -21,24 +21,30 @@ double SecondsBetween(Clock::time_point a, Clock::time_point b) {
 
 }  // namespace
 
-// One call's reactor: it finishes the call (access line, metrics), tells
-// the call when gRPC cancels it (client cancel or deadline: queued work is
-// dropped, running work stops between blocks), and holds the call's
-// in-flight slot until its answer is handed to gRPC. (Not until OnDone: under
-// load gRPC runs OnDone hundreds of calls late, long after the answer went
-// out, and counting those would refuse calls the server has room for.)
-class CallReactor final : public grpc::ServerUnaryReactor {
+CallTransport::CallTransport() : start_(Clock::now()), call_(std::make_shared<PreparedCall>()) {}
+
+const std::string* AuthorizationOf(grpc::CallbackServerContext* ctx, std::string* storage) {
+  const auto& md = ctx->client_metadata();
+  const auto it = md.find("authorization");
+  if (it == md.end()) return nullptr;
+  storage->assign(it->second.data(), it->second.size());
+  return storage;
+}
+
+// One gRPC call's reactor: it finishes the call (timing trailer, access
+// line, metrics), tells the call when gRPC cancels it (client cancel or
+// deadline: queued work is dropped, running work stops between blocks), and
+// holds the call's in-flight slot until its answer is handed to gRPC. (Not
+// until OnDone: under load gRPC runs OnDone hundreds of calls late, long
+// after the answer went out, and counting those would refuse calls the
+// server has room for.)
+class CallReactor final : public grpc::ServerUnaryReactor, public CallTransport {
  public:
   CallReactor(AttentionServiceImpl* service, Rpc rpc, grpc::CallbackServerContext* ctx,
-              int64_t bytes_in)
-      : service_(service),
-        rpc_(rpc),
-        ctx_(ctx),
-        bytes_in_(bytes_in),
-        start_(Clock::now()),
-        call_(std::make_shared<PreparedCall>()) {}
+              int64_t bytes_in, const google::protobuf::MessageLite* resp)
+      : service_(service), rpc_(rpc), ctx_(ctx), bytes_in_(bytes_in), resp_(resp) {}
 
-  void OnCancel() override { call_->cancelled = true; }
+  void OnCancel() override { call()->cancelled = true; }
   void OnDone() override { delete this; }
   // Both reactions above are trivial and never block, so gRPC may run them
   // inline on the thread that completed the call. By default it hands every
@@ -48,23 +54,21 @@ class CallReactor final : public grpc::ServerUnaryReactor {
   // same way.)
   bool InternalInlineable() override { return true; }
 
-  const std::shared_ptr<PreparedCall>& call() const { return call_; }
-  Clock::time_point start() const { return start_; }
+  std::chrono::system_clock::time_point deadline() const override { return ctx_->deadline(); }
 
-  // Finishes the call. `began`: when it reached a CPU (default: it never did).
-  void Done(const Status& st, const google::protobuf::MessageLite* resp,
-            Clock::time_point began = {}) {
-    const auto now = Clock::now();
-    const bool computed = began != Clock::time_point{};
-    if (computed) {
+  void Finish(const Status& st, Clock::time_point began) override {
+    if (began != Clock::time_point{}) {
       // Where the time went, for load testers: waiting for a CPU, computing.
       ctx_->AddTrailingMetadata(wire::kTimingTrailer,
-                                wire::TimingTrailerValue(began - start_, now - began));
+                                wire::TimingTrailerValue(began - start(), Clock::now() - began));
     }
-    service_->Account(rpc_, call_.get(), st, start_, began, now, bytes_in_,
-                      st.ok() ? resp : nullptr, ctx_);
-    service_->in_flight_.fetch_sub(1, std::memory_order_relaxed);
-    Finish(wire::ToGrpcStatus(st));
+    const int64_t bytes_out = st.ok() && service_->options().metrics != nullptr
+                                  ? static_cast<int64_t>(resp_->ByteSizeLong())
+                                  : 0;
+    grpc::CallbackServerContext* ctx = ctx_;
+    service_->Completed(rpc_, call().get(), st, start(), began, bytes_in_, bytes_out,
+                        [ctx] { return ctx->peer(); });
+    grpc::ServerUnaryReactor::Finish(wire::ToGrpcStatus(st));
   }
 
  private:
@@ -72,83 +76,71 @@ class CallReactor final : public grpc::ServerUnaryReactor {
   const Rpc rpc_;
   grpc::CallbackServerContext* const ctx_;
   const int64_t bytes_in_;
-  const Clock::time_point start_;
-  std::shared_ptr<PreparedCall> call_;
+  const google::protobuf::MessageLite* const resp_;
 };
 
 AttentionServiceImpl::AttentionServiceImpl(const ServiceOptions& options) : options_(options) {}
 
-void AttentionServiceImpl::Account(Rpc rpc, const PreparedCall* call, const Status& st,
-                                   Clock::time_point start, Clock::time_point began,
-                                   Clock::time_point end, int64_t bytes_in,
-                                   const google::protobuf::MessageLite* resp,
-                                   grpc::CallbackServerContext* ctx) const {
+void AttentionServiceImpl::Completed(Rpc rpc, const PreparedCall* call, const Status& st,
+                                     Clock::time_point start, Clock::time_point began,
+                                     int64_t bytes_in, int64_t bytes_out,
+                                     const std::function<std::string()>& peer, bool dispatched) {
+  const auto end = Clock::now();
+  if (dispatched) in_flight_.fetch_sub(1, std::memory_order_relaxed);
   const bool computed = began != Clock::time_point{};
   const std::string& model = call != nullptr ? call->model : std::string();
   if (ServerMetrics* m = options_.metrics) {
     m->RecordCall(rpc, m->ModelIndex(model), static_cast<int>(st.code()),
                   SecondsBetween(start, end), computed ? SecondsBetween(start, began) : -1,
-                  computed ? SecondsBetween(began, end) : -1, bytes_in,
-                  resp != nullptr ? static_cast<int64_t>(resp->ByteSizeLong()) : 0);
+                  computed ? SecondsBetween(began, end) : -1, bytes_in, bytes_out);
   }
   // Check first: building the shapes and the peer costs more than a small
   // call's compute, and debug is usually off.
   if (!spdlog::should_log(st.ok() ? spdlog::level::debug : spdlog::level::warn)) return;
   AccessRecord r;
   r.rpc = RpcName(rpc);
+  r.protocol = ProtocolName(rpc);
   r.model = model.empty() ? "-" : model;
   if (call != nullptr) r.shapes = call->Shapes();
   r.code = StatusCodeName(st.code());
   r.latency_ms = SecondsBetween(start, end) * 1e3;
-  r.peer = ctx->peer();
+  r.peer = peer();
   r.reason = st.message();
   LogAccess(r);
 }
 
-Status AttentionServiceImpl::Authenticate(grpc::CallbackServerContext* ctx) const {
+Status AttentionServiceImpl::Authenticate(const std::string* authorization) const {
   if (options_.auth == nullptr) return Status::Ok();
-  const auto& md = ctx->client_metadata();
-  const auto it = md.find("authorization");
-  if (it == md.end()) return options_.auth->Check(nullptr, 0);
-  return options_.auth->Check(it->second.data(), it->second.size());
+  if (authorization == nullptr) return options_.auth->Check(nullptr, 0);
+  return options_.auth->Check(authorization->data(), authorization->size());
 }
 
-grpc::ServerUnaryReactor* AttentionServiceImpl::Serve(
-    Rpc rpc, grpc::CallbackServerContext* ctx, int64_t bytes_in,
-    const google::protobuf::MessageLite* resp,
-    const std::function<Status(PreparedCall*)>& prepare) {
-  // Counted from here until Done(), rejected calls included.
+void AttentionServiceImpl::Dispatch(CallTransport* t, const std::string* authorization,
+                                    const std::function<Status(PreparedCall*)>& prepare) {
+  // Counted from here until Finish(), rejected calls included.
   const int in_flight = in_flight_.fetch_add(1, std::memory_order_relaxed) + 1;
   arrived_.fetch_add(1, std::memory_order_relaxed);
-  auto* reactor = new CallReactor(this, rpc, ctx, options_.metrics != nullptr ? bytes_in : 0);
-  Status st = Authenticate(ctx);
-  if (!st.ok()) {
-    reactor->Done(st, nullptr);
-    return reactor;
-  }
+  Status st = Authenticate(authorization);
+  if (!st.ok()) return t->Finish(st, {});
   if (in_flight > options_.max_inflight) {
-    reactor->Done(Status::ResourceExhausted(
-                      "server: " + std::to_string(options_.max_inflight) +
-                      " calls in flight already, the limit (--max-inflight); retry later"),
-                  nullptr);
-    return reactor;
+    return t->Finish(Status::ResourceExhausted(
+                         "server: " + std::to_string(options_.max_inflight) +
+                         " calls in flight already, the limit (--max-inflight); retry later"),
+                     {});
   }
-  const std::shared_ptr<PreparedCall>& call = reactor->call();
+  const std::shared_ptr<PreparedCall>& call = t->call();
   st = prepare(call.get());
-  if (!st.ok()) {
-    reactor->Done(st, nullptr);
-    return reactor;
-  }
+  if (!st.ok()) return t->Finish(st, {});
   ComputeScheduler* scheduler = options_.scheduler;
   const int threads = call->cost.flops < kParallelFlops ? 1 : scheduler->cpus();
-  auto run = [this, ctx, reactor, resp, call](int granted) {
+  auto run = [this, t, call](int granted) {
     const auto began = Clock::now();
     Status result;
-    if (call->cancelled || std::chrono::system_clock::now() > ctx->deadline()) {
+    if (call->cancelled || std::chrono::system_clock::now() > t->deadline()) {
       // Nobody is waiting for this answer any more: do not compute it.
       ++skipped_;
       const auto waited_ms =
-          std::chrono::duration_cast<std::chrono::milliseconds>(began - reactor->start()).count();
+          std::chrono::duration_cast<std::chrono::milliseconds>(began - t->start()).count();
       result = call->cancelled
                    ? Status::Cancelled("cancelled while waiting for a CPU; not computed")
                    : Status::DeadlineExceeded("deadline passed after " + std::to_string(waited_ms) +
@@ -160,19 +152,27 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Serve(
         return out.ok() ? call->respond(*out) : out.status();
       });
     }
-    reactor->Done(result, resp, began);
+    t->Finish(result, began);
   };
-  // A small call with a free CPU runs right here, on gRPC's thread; anything
-  // else waits its turn on a compute worker.
+  // A small call with a free CPU runs right here, on the transport's thread;
+  // anything else waits its turn on a compute worker.
   if (threads == 1 && scheduler->TryAcquire(1)) {
     run(1);
     scheduler->Release(1);
   } else if (!scheduler->Submit(threads, std::move(run))) {
-    reactor->Done(
-        Status::ResourceExhausted("server: the compute queue is full (--max-queue " +
-                                  std::to_string(scheduler->max_queue()) + "); retry later"),
-        nullptr);
+    t->Finish(Status::ResourceExhausted("server: the compute queue is full (--max-queue " +
+                                        std::to_string(scheduler->max_queue()) + "); retry later"),
+              {});
   }
+}
+
+grpc::ServerUnaryReactor* AttentionServiceImpl::Serve(
+    Rpc rpc, grpc::CallbackServerContext* ctx, int64_t bytes_in,
+    const google::protobuf::MessageLite* resp,
+    const std::function<Status(PreparedCall*)>& prepare) {
+  auto* reactor = new CallReactor(this, rpc, ctx, options_.metrics != nullptr ? bytes_in : 0, resp);
+  std::string storage;
+  Dispatch(reactor, AuthorizationOf(ctx, &storage), prepare);
   return reactor;
 }
 
@@ -180,9 +180,13 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::ServeSimple(
     Rpc rpc, grpc::CallbackServerContext* ctx, const google::protobuf::MessageLite* resp,
     const std::function<Status()>& answer) {
   const auto start = Clock::now();
-  Status st = Authenticate(ctx);
+  std::string storage;
+  Status st = Authenticate(AuthorizationOf(ctx, &storage));
   if (st.ok()) st = answer();
-  Account(rpc, nullptr, st, start, {}, Clock::now(), 0, st.ok() ? resp : nullptr, ctx);
+  const int64_t bytes_out =
+      st.ok() && options_.metrics != nullptr ? static_cast<int64_t>(resp->ByteSizeLong()) : 0;
+  Completed(
+      rpc, nullptr, st, start, {}, 0, bytes_out, [ctx] { return ctx->peer(); }, false);
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(wire::ToGrpcStatus(st));
   return reactor;

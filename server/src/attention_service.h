@@ -1,15 +1,18 @@
-// attention.v1.AttentionService on gRPC's callback API.
+// attention.v1.AttentionService on gRPC's callback API, and the call path
+// every protocol shares (Dispatch): token, admission, checks, a CPU,
+// compute, the response, then metrics and the access line.
 //
-// A handler only adapts: it checks and views the request (request_adapter),
-// queues the core call on the ComputeScheduler and returns; a compute worker
-// runs the call, encodes the response and finishes the RPC. One log line per
-// call (debug), errors at warn, each naming the RPC.
+// A handler only adapts: it checks and views the request (request_adapter,
+// oip_adapter), queues the core call on the ComputeScheduler and returns; a
+// compute worker runs the call, encodes the response and finishes it. One
+// log line per call (debug), errors at warn, each naming the RPC.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "attention/v1/attention.grpc.pb.h"
@@ -29,13 +32,33 @@ struct ServiceOptions {
   const ModelRegistry* models = nullptr;
   ComputeScheduler* scheduler = nullptr;
   RequestLimits limits;
-  // Calls held at once (arrival to answer); more get RESOURCE_EXHAUSTED
-  // before their request is even looked at.
+  // Calls held at once (arrival to answer), all protocols together; more
+  // get RESOURCE_EXHAUSTED before their request is even looked at.
   int max_inflight = 256;
   // Optional; must outlive the service. With `auth`, every call needs a
   // valid bearer token. With `metrics`, every call is counted.
   const TokenAuth* auth = nullptr;
   ServerMetrics* metrics = nullptr;
+};
+
+// How one call's answer goes back (a gRPC reactor, an HTTP handler).
+// Dispatch calls Finish() exactly once, then never touches it again.
+class CallTransport {
+ public:
+  CallTransport();
+  virtual ~CallTransport() = default;
+  // `st` OK: the response is filled. `began`: when the call reached a CPU
+  // (default: it never did). The transport reports the call (Completed).
+  virtual void Finish(const Status& st, Clock::time_point began) = 0;
+  // When the caller stops waiting.
+  virtual std::chrono::system_clock::time_point deadline() const = 0;
+
+  const std::shared_ptr<PreparedCall>& call() const { return call_; }
+  Clock::time_point start() const { return start_; }
+
+ private:
+  const Clock::time_point start_;
+  std::shared_ptr<PreparedCall> call_;
 };
 
 class AttentionServiceImpl final : public attention::v1::AttentionService::CallbackService {
@@ -58,48 +81,58 @@ class AttentionServiceImpl final : public attention::v1::AttentionService::Callb
   // Requests below this many FLOPs run on one thread, the rest on all CPUs.
   static constexpr double kParallelFlops = 16e6;
 
-  // The path every attention call takes, whatever its protocol: token,
-  // admission, `prepare(call)` (which checks the request and sets the
-  // call's compute, output and respond), a CPU, compute, respond, then the
-  // access line and metrics. `bytes_in` is the request's size, for metrics.
+  // The path every attention call takes, whatever its protocol: the token
+  // (`authorization`: the header's value, null when none came), admission,
+  // `prepare(call)` (which checks the request and sets the call's compute,
+  // output and respond), a CPU, compute, respond; then t->Finish().
+  void Dispatch(CallTransport* t, const std::string* authorization,
+                const std::function<Status(PreparedCall*)>& prepare);
+
+  // A gRPC attention call on Dispatch: the reactor finishes the RPC and adds
+  // the timing trailer. `bytes_in` is the request's size, for metrics.
   grpc::ServerUnaryReactor* Serve(Rpc rpc, grpc::CallbackServerContext* ctx, int64_t bytes_in,
                                   const google::protobuf::MessageLite* resp,
                                   const std::function<Status(PreparedCall*)>& prepare);
 
-  // A call that never reaches a CPU (metadata, readiness): token check,
+  // A gRPC call that never reaches a CPU (metadata, readiness): token check,
   // then `answer()`, then the access line and metrics.
   grpc::ServerUnaryReactor* ServeSimple(Rpc rpc, grpc::CallbackServerContext* ctx,
                                         const google::protobuf::MessageLite* resp,
                                         const std::function<Status()>& answer);
+
+  // OK, or UNAUTHENTICATED; `authorization` as for Dispatch.
+  Status Authenticate(const std::string* authorization) const;
+
+  // A finished call, reported by its transport: metrics and the access
+  // line, and, with `dispatched`, its in-flight slot given back. `call`
+  // null: no model, no shapes; `began` default: it never reached a CPU;
+  // `peer` is called only when a line is logged.
+  void Completed(Rpc rpc, const PreparedCall* call, const Status& st, Clock::time_point start,
+                 Clock::time_point began, int64_t bytes_in, int64_t bytes_out,
+                 const std::function<std::string()>& peer, bool dispatched = true);
 
   const ServiceOptions& options() const { return options_; }
 
   // Calls dropped before computing because their deadline passed or the
   // client cancelled while they waited for a CPU.
   int64_t calls_skipped() const { return skipped_.load(); }
-  // Calls from arrival until their answer is handed to gRPC.
+  // Calls from arrival until their answer is handed to the transport.
   int calls_in_flight() const { return in_flight_.load(std::memory_order_relaxed); }
-  // Calls that ever arrived (ListModels aside).
+  // Calls that ever arrived (metadata calls aside).
   int64_t calls_arrived() const { return arrived_.load(std::memory_order_relaxed); }
 
  private:
-  friend class CallReactor;
   template <typename Request, typename Prepare>
   grpc::ServerUnaryReactor* Handle(Rpc rpc, grpc::CallbackServerContext* ctx, const Request* req,
                                    attention::v1::AttentionResponse* resp, Prepare prepare);
-  // OK, or why the call may not proceed (UNAUTHENTICATED).
-  Status Authenticate(grpc::CallbackServerContext* ctx) const;
-  // A finished call's metrics and access line. `call` null: no model, no
-  // shapes; `began` default: it never reached a CPU (no queue/compute time);
-  // `resp`: the answer whose size is counted (null: none was sent).
-  void Account(Rpc rpc, const PreparedCall* call, const Status& st, Clock::time_point start,
-               Clock::time_point began, Clock::time_point end, int64_t bytes_in,
-               const google::protobuf::MessageLite* resp, grpc::CallbackServerContext* ctx) const;
 
   const ServiceOptions options_;
   std::atomic<int64_t> skipped_{0};
   std::atomic<int> in_flight_{0};
   std::atomic<int64_t> arrived_{0};
 };
+
+// The value of the "authorization" metadata of a gRPC call, or null.
+const std::string* AuthorizationOf(grpc::CallbackServerContext* ctx, std::string* storage);
 
 }  // namespace attn::server

@@ -71,15 +71,17 @@ std::string FormatAccess(const AccessRecord& r, LogFormat format, int64_t suppre
   char latency[32];
   std::snprintf(latency, sizeof(latency), "%.3f", r.latency_ms);
   if (format == LogFormat::kJson) {
-    std::string s = "\"rpc\":" + JsonQuote(r.rpc) + ",\"model\":" + JsonQuote(r.model) +
-                    ",\"shapes\":" + JsonQuote(r.shapes) + ",\"code\":" + JsonQuote(r.code) +
-                    ",\"latency_ms\":" + latency + ",\"peer\":" + JsonQuote(r.peer);
+    std::string s = "\"rpc\":" + JsonQuote(r.rpc) + ",\"protocol\":" + JsonQuote(r.protocol) +
+                    ",\"model\":" + JsonQuote(r.model) + ",\"shapes\":" + JsonQuote(r.shapes) +
+                    ",\"code\":" + JsonQuote(r.code) + ",\"latency_ms\":" + latency +
+                    ",\"peer\":" + JsonQuote(r.peer);
     if (!r.reason.empty()) s += ",\"reason\":" + JsonQuote(r.reason);
     if (suppressed > 0) s += ",\"suppressed\":" + std::to_string(suppressed);
     return s;
   }
-  std::string s = std::string("rpc=") + r.rpc + " model=" + r.model + " shapes=\"" + r.shapes +
-                  "\" code=" + r.code + " latency_ms=" + latency + " peer=" + r.peer;
+  std::string s = std::string("rpc=") + r.rpc + " protocol=" + r.protocol + " model=" + r.model +
+                  " shapes=\"" + r.shapes + "\" code=" + r.code + " latency_ms=" + latency +
+                  " peer=" + r.peer;
   if (!r.reason.empty()) s += " reason=\"" + r.reason + "\"";
   if (suppressed > 0) s += " (" + std::to_string(suppressed) + " similar lines suppressed)";
   return s;

@@ -24,7 +24,8 @@ void LogMessage(spdlog::level::level_enum level, const std::string& message);
 // many were suppressed.
 struct AccessRecord {
   const char* rpc = "";
-  std::string model;  // "-" for none
+  const char* protocol = "attention.v1";  // "oip-grpc", "oip-http"
+  std::string model;                      // "-" for none
   std::string shapes;
   const char* code = "OK";
   double latency_ms = 0;

@@ -160,6 +160,7 @@ TEST(ServerLog, JsonLinesAreJsonWithEveryField) {
   auto json = ParseJson(line);
   ASSERT_TRUE(json.ok()) << line;
   EXPECT_EQ(json->Find("rpc")->string, "Attention");
+  EXPECT_EQ(json->Find("protocol")->string, "attention.v1");
   EXPECT_EQ(json->Find("code")->string, "INVALID_ARGUMENT");
   EXPECT_EQ(json->Find("reason")->string, "key: last dim must equal query's (2), got \"3\"\n");
   EXPECT_DOUBLE_EQ(json->Find("latency_ms")->number, 0.25);
