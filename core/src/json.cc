@@ -12,7 +12,7 @@ constexpr int kMaxDepth = 64;
 
 class Parser {
  public:
-  explicit Parser(std::string_view text) : s_(text) {}
+  Parser(std::string_view text, JsonOptions options) : s_(text), options_(options) {}
 
   Status Parse(JsonValue* out) {
     SkipSpace();
@@ -93,11 +93,32 @@ class Parser {
       SkipSpace();
       JsonValue item;
       ATTN_RETURN_IF_ERROR(Value(&item, depth + 1));
-      v->array.push_back(std::move(item));
+      const bool scalar =
+          item.type == JsonValue::Type::kNumber || item.type == JsonValue::Type::kBool;
+      if (options_.pack_numbers && scalar && v->array.empty()) {
+        v->packed = true;
+        v->numbers.push_back(item.type == JsonValue::Type::kBool ? (item.boolean ? 1.0 : 0.0)
+                                                                 : item.number);
+      } else {
+        Unpack(v);  // a mixed array: items after all
+        v->array.push_back(std::move(item));
+      }
       SkipSpace();
       if (Consume("]")) return Status::Ok();
       if (!Consume(",")) return Error("expected ',' or ']'");
     }
+  }
+
+  static void Unpack(JsonValue* v) {
+    if (!v->packed) return;
+    for (double d : v->numbers) {
+      JsonValue n;
+      n.type = JsonValue::Type::kNumber;
+      n.number = d;
+      v->array.push_back(std::move(n));
+    }
+    v->numbers.clear();
+    v->packed = false;
   }
 
   Status String(std::string* out) {
@@ -204,6 +225,7 @@ class Parser {
   }
 
   std::string_view s_;
+  const JsonOptions options_;
   size_t pos_ = 0;
 };
 
@@ -216,9 +238,9 @@ const JsonValue* JsonValue::Find(std::string_view key) const {
   return nullptr;
 }
 
-StatusOr<JsonValue> ParseJson(std::string_view text) {
+StatusOr<JsonValue> ParseJson(std::string_view text, JsonOptions options) {
   JsonValue v;
-  Parser parser(text);
+  Parser parser(text, options);
   Status st = parser.Parse(&v);
   if (!st.ok()) return st;
   return v;

@@ -69,5 +69,31 @@ TEST(JsonQuote, EscapesEveryControlCharacterAndParsesBack) {
   EXPECT_EQ(JsonQuote("a\"b\\c\nd\te\x01"), R"("a\"b\\c\nd\te\u0001")");
 }
 
+TEST(ParseJson, PackedNumberArraysKeepEveryValueAndFallBackWhenMixed) {
+  JsonOptions packed;
+  packed.pack_numbers = true;
+  auto v =
+      ParseJson(R"({"data": [[1.5, -2e3, true], [false, 0, 7]], "mixed": [1, "a", 2]})", packed);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  const JsonValue* rows = v->Find("data");
+  ASSERT_EQ(rows->array.size(), 2u);
+  EXPECT_FALSE(rows->packed);  // its items are arrays
+  EXPECT_TRUE(rows->array[0].packed);
+  EXPECT_TRUE(rows->array[0].array.empty());
+  EXPECT_EQ(rows->array[0].numbers, (std::vector<double>{1.5, -2000, 1}));
+  EXPECT_EQ(rows->array[1].numbers, (std::vector<double>{0, 0, 7}));
+  const JsonValue* mixed = v->Find("mixed");
+  EXPECT_FALSE(mixed->packed);
+  ASSERT_EQ(mixed->array.size(), 3u);
+  EXPECT_EQ(mixed->array[0].number, 1);
+  EXPECT_EQ(mixed->array[1].string, "a");
+  EXPECT_EQ(mixed->array[2].number, 2);
+  // Off by default: every item a JsonValue.
+  auto plain = ParseJson("[1, 2]");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->packed);
+  EXPECT_EQ(plain->array.size(), 2u);
+}
+
 }  // namespace
 }  // namespace attn
