@@ -124,6 +124,22 @@ StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerCo
     if (!http.ok()) return http.status();
     s->metrics_http_ = std::move(*http);
   }
+  if (config.http_port >= 0) {
+    OipHttpOptions http;
+    http.host = config.host;
+    http.port = config.http_port;
+    http.tls_cert = config.tls_cert, http.tls_key = config.tls_key;
+    http.tls_client_ca = config.tls_client_ca;
+    // Handler threads wait for compute or run a small call under the
+    // scheduler's CPU budget: more of them than CPUs adds no compute.
+    http.threads = std::max(4, 2 * threads);
+    http.max_body_bytes = config.limits.max_message_bytes;
+    http.calls = s->service_.get();
+    http.ready = &s->ready_;
+    auto started = OipHttpServer::Start(http);
+    if (!started.ok()) return started.status();
+    s->oip_http_ = std::move(*started);
+  }
   const auto t0 = std::chrono::steady_clock::now();
   ATTN_RETURN_IF_ERROR(WarmUp(*s->models_, threads));
   LogMessage(spdlog::level::info,
@@ -131,16 +147,22 @@ StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerCo
                          "oneDNN ISA {}; core kernels {}",
                          config.host, s->port_, threads, AvailableCpus(), OneDnnIsaName(),
                          IsaTierName(KernelTier())));
-  LogMessage(spdlog::level::info,
-             fmt::format("transport {}; bearer tokens {}; metrics {}; max in flight {}, queued {}",
-                         config.tls_cert.empty()        ? "plaintext"
-                         : config.tls_client_ca.empty() ? "TLS"
-                                                        : "mutual TLS",
-                         s->auth_ ? std::to_string(s->auth_->size()) + " loaded" : "off",
-                         s->metrics_http_ ? fmt::format("http://{}:{}/metrics", config.host,
-                                                        s->metrics_http_->port())
-                                          : "off",
-                         config.max_inflight, config.max_queue));
+  LogMessage(
+      spdlog::level::info,
+      fmt::format("transport {}; bearer tokens {}; metrics {}; OIP HTTP {}; max in flight {}, "
+                  "queued {}",
+                  config.tls_cert.empty()        ? "plaintext"
+                  : config.tls_client_ca.empty() ? "TLS"
+                                                 : "mutual TLS",
+                  s->auth_ ? std::to_string(s->auth_->size()) + " loaded" : "off",
+                  s->metrics_http_
+                      ? fmt::format("http://{}:{}/metrics", config.host, s->metrics_http_->port())
+                      : "off",
+                  s->oip_http_
+                      ? fmt::format("{}://{}:{}/v2", config.tls_cert.empty() ? "http" : "https",
+                                    config.host, s->oip_http_->port())
+                      : "off",
+                  config.max_inflight, config.max_queue));
   for (const AttentionModel* m : s->models_->All()) {
     const ModelInfo& i = m->info();
     LogMessage(spdlog::level::info,
@@ -183,6 +205,7 @@ void AttentionServer::Shutdown(std::chrono::milliseconds grace) {
   shut_down_ = true;
   ready_ = false;
   SetServing(false);
+  oip_http_.reset();  // its calls finish first: they use the service
   server_->Shutdown(std::chrono::system_clock::now() + grace);
   server_->Wait();
   metrics_http_.reset();

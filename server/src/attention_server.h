@@ -16,6 +16,7 @@
 #include "compute_scheduler.h"
 #include "metrics_http.h"
 #include "model_registry.h"
+#include "oip_http.h"
 #include "oip_service.h"
 #include "server_config.h"
 #include "server_metrics.h"
@@ -38,6 +39,8 @@ class AttentionServer {
   int calls_in_flight() const { return scheduler_->running() + scheduler_->queued(); }
   // The port of /metrics, or -1 when --metrics-port is off.
   int metrics_port() const { return metrics_http_ ? metrics_http_->port() : -1; }
+  // The port of the OIP HTTP/JSON API, or -1 when --http-port is off.
+  int http_port() const { return oip_http_ ? oip_http_->port() : -1; }
   // Reads --auth-token-file again (SIGHUP). On error the old tokens stay.
   Status ReloadTokens();
   // Calls that arrived so far, and those not yet answered (see the service).
@@ -69,6 +72,7 @@ class AttentionServer {
   std::unique_ptr<OipServiceImpl> oip_service_;
   std::atomic<bool> ready_{false};  // every model loaded and warmed up (OIP ServerReady)
   std::unique_ptr<MetricsHttpServer> metrics_http_;
+  std::unique_ptr<OipHttpServer> oip_http_;  // null without --http-port
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   bool shut_down_ = false;

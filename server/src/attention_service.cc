@@ -123,6 +123,7 @@ void AttentionServiceImpl::Dispatch(CallTransport* t, const std::string* authori
   Status st = Authenticate(authorization);
   if (!st.ok()) return t->Finish(st, {});
   if (in_flight > options_.max_inflight) {
+    t->set_admission_refused();
     return t->Finish(Status::ResourceExhausted(
                          "server: " + std::to_string(options_.max_inflight) +
                          " calls in flight already, the limit (--max-inflight); retry later"),
@@ -160,6 +161,7 @@ void AttentionServiceImpl::Dispatch(CallTransport* t, const std::string* authori
     run(1);
     scheduler->Release(1);
   } else if (!scheduler->Submit(threads, std::move(run))) {
+    t->set_admission_refused();
     t->Finish(Status::ResourceExhausted("server: the compute queue is full (--max-queue " +
                                         std::to_string(scheduler->max_queue()) + "); retry later"),
               {});

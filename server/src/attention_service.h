@@ -55,8 +55,12 @@ class CallTransport {
 
   const std::shared_ptr<PreparedCall>& call() const { return call_; }
   Clock::time_point start() const { return start_; }
+  // Set by Dispatch when admission (in flight, queue) refused the call.
+  bool admission_refused() const { return admission_refused_; }
+  void set_admission_refused() { admission_refused_ = true; }
 
  private:
+  bool admission_refused_ = false;
   const Clock::time_point start_;
   std::shared_ptr<PreparedCall> call_;
 };

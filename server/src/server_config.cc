@@ -138,6 +138,11 @@ const std::map<std::string, Flag>& Flags() {
        {"ATTN_METRICS_PORT",
         "HTTP port of Prometheus /metrics, on --host (default -1: off; 0 picks a free port)",
         Int(-1, 65535, [](C* c, long long x) { c->metrics_port = static_cast<int>(x); })}},
+      {"--http-port",
+       {"ATTN_HTTP_PORT",
+        "HTTP port of the Open Inference Protocol's HTTP/JSON API (/v2/...), on --host, with the "
+        "same TLS, tokens and limits (default -1: off; 0 picks a free port)",
+        Int(-1, 65535, [](C* c, long long x) { c->http_port = static_cast<int>(x); })}},
       {"--tls-cert",
        {"ATTN_TLS_CERT", "PEM certificate chain; with --tls-key, serve TLS only",
         Path([](C* c, const std::string& v) { c->tls_cert = v; })}},

@@ -24,6 +24,7 @@ struct ServerConfig {
   double shutdown_grace_s = 10;             // --shutdown-grace, ATTN_SHUTDOWN_GRACE (seconds)
   RequestLimits limits;                     // --max-message-mb and the other --max-* flags
   int metrics_port = -1;        // --metrics-port, ATTN_METRICS_PORT; -1: off, 0: a free port
+  int http_port = -1;           // --http-port, ATTN_HTTP_PORT (OIP HTTP/JSON); -1: off, 0: free
   std::string tls_cert;         // --tls-cert, ATTN_TLS_CERT (PEM); with tls_key: serve TLS
   std::string tls_key;          // --tls-key, ATTN_TLS_KEY (PEM)
   std::string tls_client_ca;    // --tls-client-ca, ATTN_TLS_CLIENT_CA: require client certs
