@@ -14,6 +14,7 @@
 
 #include "attention/v1/attention.pb.h"
 #include "host_array.h"
+#include "inference/open_inference_grpc.pb.h"
 
 namespace {
 
@@ -40,6 +41,30 @@ void Write(const std::string& name, char rpc, const google::protobuf::Message& m
   out.put(rpc);
   out << m.SerializeAsString();
   ++written;
+}
+
+// An OIP HTTP body (rpc 4); `flags` is the fuzzer's byte 1.
+void WriteHttp(const std::string& name, char flags, const std::string& body) {
+  std::ofstream out(dir + "/" + name, std::ios::binary);
+  out.put(4);
+  out.put(flags);
+  out << body;
+  ++written;
+}
+
+// An OIP input with raw contents of `datatype` (FP32, FP16, BF16 or BOOL).
+void OipInput(inference::ModelInferRequest* r, const std::string& name, const std::string& datatype,
+              attn::Shape shape) {
+  auto* in = r->add_inputs();
+  in->set_name(name);
+  in->set_datatype(datatype);
+  int64_t n = 1;
+  for (int64_t d : shape) in->add_shape(d), n *= d;
+  const size_t bytes = datatype == "FP32" ? 4 : datatype == "BOOL" ? 1 : 2;
+  std::string raw(static_cast<size_t>(n) * bytes, '\0');
+  for (size_t i = 0; i < raw.size(); ++i)
+    raw[i] = static_cast<char>(datatype == "BOOL" ? i % 2 : 0x3c - i % 3);
+  r->add_raw_input_contents(raw);
 }
 
 void Projections(attention::v1::Projections* p, int64_t e, bool out) {
@@ -153,6 +178,49 @@ int main(int argc, char** argv) {
     CrossAttentionRequest c;
     *c.mutable_decoder() = T({1, 3, 64});
     Write("bad_cross_no_encoder", 1, c);
+  }
+  {  // The Open Inference Protocol over gRPC (rpc 3): raw, half types, typed.
+    inference::ModelInferRequest r;
+    r.set_model_name("scaled_dot_product_attention");
+    OipInput(&r, "query", "FP32", {2, 3, 4});
+    Write("oip_sdpa_raw", 3, r);
+    (*r.mutable_parameters())["causal"].set_bool_param(true);
+    r.add_outputs()->set_name("weights");
+    Write("oip_sdpa_causal_weights", 3, r);
+    inference::ModelInferRequest h;
+    h.set_model_name("demo-mha-small");
+    OipInput(&h, "query", "FP16", {1, 3, 64});
+    OipInput(&h, "key", "BF16", {1, 5, 64});
+    OipInput(&h, "value", "FP32", {1, 5, 64});
+    OipInput(&h, "key_padding_mask", "BOOL", {1, 5});
+    Write("oip_mha_half_mixed", 3, h);
+    inference::ModelInferRequest t;
+    t.set_model_name("scaled_dot_product_attention");
+    auto* in = t.add_inputs();
+    in->set_name("query");
+    in->set_datatype("FP32");
+    in->add_shape(2), in->add_shape(2);
+    for (float v : {1.0f, 0.0f, 0.5f, 1.0f}) in->mutable_contents()->add_fp32_contents(v);
+    Write("oip_sdpa_typed", 3, t);
+  }
+  {  // OIP HTTP bodies (rpc 4): JSON, and JSON + binary (split at the NUL).
+    WriteHttp(
+        "http_json_seed", 0,
+        R"({"id": "x", "inputs": [{"name": "query", "shape": [5, 2], "datatype": "FP32",)"
+        R"( "data": [[1, 0], [0, 1], [1, 1], [1, 1], [0.5, 1]]}],)"
+        R"( "outputs": [{"name": "output"}, {"name": "weights", "parameters": {"binary_data": true}}]})");
+    std::string data = "0.5";
+    for (int i = 1; i < 128; ++i) data += i % 2 ? ", -1.25" : ", 0.5";
+    WriteHttp(
+        "http_json_mha_params", 1,
+        R"({"inputs": [{"name": "query", "shape": [1, 2, 64], "datatype": "FP16", "data": [)" +
+            data + R"(]}], "parameters": {"causal": true}})");
+    std::string binary = R"({"inputs": [{"name": "query", "shape": [2, 2], "datatype": "FP32",)"
+                         R"( "parameters": {"binary_data_size": 16}}],)"
+                         R"( "parameters": {"binary_data_output": true}})";
+    binary.push_back('\0');
+    binary += std::string(15, '\x3f');
+    WriteHttp("http_binary", 2, binary);
   }
   std::printf("wrote %d seeds to %s\n", written, dir.c_str());
   dir = argv[2];

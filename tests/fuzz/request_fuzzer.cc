@@ -2,8 +2,11 @@
 // request bytes -> protobuf parse -> validation and limits (request_adapter)
 // -> core on small shapes -> response encoding.
 //
-// Input: byte 0 picks the RPC (Attention, CrossAttention, MultiHeadAttention);
-// the rest is that request, serialized. The limits are small, so that a
+// Input: byte 0 picks the RPC: 0-2 attention.v1's Attention, CrossAttention,
+// MultiHeadAttention, the rest that request serialized; 3 the Open Inference
+// Protocol's ModelInfer, the rest an inference.ModelInferRequest; 4 an OIP
+// HTTP infer body (byte 1: bit 0 picks the model, bit 1 the binary
+// extension, whose JSON then ends at the first NUL byte). The limits are small, so that a
 // valid request is cheap; the demo models are served.
 //
 // Invariants beyond "no crash, no sanitizer report":
@@ -17,9 +20,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "attention/v1/attention.pb.h"
 #include "model_registry.h"
+#include "oip_adapter.h"
+#include "oip_json.h"
 #include "request_adapter.h"
 
 namespace {
@@ -85,11 +91,66 @@ void Run(const uint8_t* data, size_t size, Prepare prepare) {
   Report(st);
 }
 
+// An OIP call: prepare, compute, respond; every output's raw bytes must
+// match its shape and datatype.
+void RunOip(const inference::ModelInferRequest& req, const attn::server::oip::HttpOutputs* http) {
+  static const RequestLimits limits = SmallLimits();
+  PreparedCall call;
+  inference::ModelInferResponse resp;
+  attn::Status st = attn::server::oip::PrepareInfer(req, Models(), limits, &call, &resp);
+  if (st.code() == attn::StatusCode::kInternal) Die("oip prepare", st);
+  if (!st.ok()) return Report(st);
+  auto out = call.compute(1, call.output);
+  if (!out.ok()) {
+    if (out.status().code() == attn::StatusCode::kInternal) Die("oip compute", out.status());
+    return Report(out.status());
+  }
+  st = call.respond(*out);
+  if (st.code() == attn::StatusCode::kInternal) Die("oip respond", st);
+  if (!st.ok()) return Report(st);
+  for (int i = 0; i < resp.outputs_size() && resp.raw_output_contents_size() > 0; ++i) {
+    int64_t n = 1;
+    for (int64_t d : resp.outputs(i).shape()) n *= d;
+    const auto type = attn::server::oip::WireTypeFromOip(resp.outputs(i).datatype());
+    if (static_cast<int64_t>(resp.raw_output_contents(i).size()) !=
+        n * attn::wire::WireTypeBytes(type)) {
+      std::fprintf(stderr, "request_fuzzer: OIP output %d has %zu bytes for %lld %s\n", i,
+                   resp.raw_output_contents(i).size(), static_cast<long long>(n),
+                   resp.outputs(i).datatype().c_str());
+      std::abort();
+    }
+  }
+  if (http != nullptr) {
+    int64_t json_length = 0;
+    const std::string body = attn::server::oip::InferResponseBody(resp, *http, &json_length);
+    if (json_length > static_cast<int64_t>(body.size())) Die("http body", st);
+  }
+  Report(st);
+}
+
+void RunHttp(const uint8_t* data, size_t size) {
+  if (size == 0) return;
+  const std::string model = data[0] & 1 ? "demo-mha-small" : "scaled_dot_product_attention";
+  std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
+  int64_t json_length = -1;
+  if (data[0] & 2) {
+    const size_t nul = body.find('\0');
+    json_length = nul == std::string_view::npos ? -1 : static_cast<int64_t>(nul);
+  }
+  inference::ModelInferRequest req;
+  attn::server::oip::HttpOutputs outputs;
+  attn::Status st =
+      attn::server::oip::ParseInferRequest(body, json_length, model, "", &req, &outputs);
+  if (st.code() == attn::StatusCode::kInternal) Die("http parse", st);
+  if (!st.ok()) return Report(st);
+  RunOip(req, &outputs);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  switch (data[0] % 3) {
+  switch (data[0] % 5) {
     case 0:
       Run<attention::v1::AttentionRequest>(data + 1, size - 1, attn::server::PrepareAttention);
       break;
@@ -97,9 +158,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       Run<attention::v1::CrossAttentionRequest>(data + 1, size - 1,
                                                 attn::server::PrepareCrossAttention);
       break;
-    default:
+    case 2:
       Run<attention::v1::MultiHeadAttentionRequest>(data + 1, size - 1,
                                                     attn::server::PrepareMultiHeadAttention);
+      break;
+    case 3: {
+      inference::ModelInferRequest req;
+      if (req.ParseFromArray(data + 1, static_cast<int>(size - 1))) {
+        RunOip(req, nullptr);
+      } else {
+        Report(attn::Status::InvalidArgument("not a parsable request"));
+      }
+      break;
+    }
+    default:
+      RunHttp(data + 1, size - 1);
       break;
   }
   return 0;
