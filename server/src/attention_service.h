@@ -98,11 +98,12 @@ class AttentionServiceImpl final : public attention::v1::AttentionService::Callb
                                   const google::protobuf::MessageLite* resp,
                                   const std::function<Status(PreparedCall*)>& prepare);
 
-  // A gRPC call that never reaches a CPU (metadata, readiness): token check,
-  // then `answer()`, then the access line and metrics.
+  // A gRPC call that never reaches a CPU (metadata, readiness): token check
+  // (unless `open`, as for probes), then `answer()`, then the access line
+  // and metrics.
   grpc::ServerUnaryReactor* ServeSimple(Rpc rpc, grpc::CallbackServerContext* ctx,
                                         const google::protobuf::MessageLite* resp,
-                                        const std::function<Status()>& answer);
+                                        const std::function<Status()>& answer, bool open = false);
 
   // OK, or UNAUTHENTICATED; `authorization` as for Dispatch.
   Status Authenticate(const std::string* authorization) const;

@@ -10,19 +10,25 @@ OipServiceImpl::OipServiceImpl(AttentionServiceImpl* calls, const std::atomic<bo
 grpc::ServerUnaryReactor* OipServiceImpl::ServerLive(grpc::CallbackServerContext* ctx,
                                                      const inference::ServerLiveRequest* /*req*/,
                                                      inference::ServerLiveResponse* resp) {
-  return calls_->ServeSimple(Rpc::kOipMetadata, ctx, resp, [resp] {
-    resp->set_live(true);  // answering is being live
-    return Status::Ok();
-  });
+  return calls_->ServeSimple(
+      Rpc::kOipMetadata, ctx, resp,
+      [resp] {
+        resp->set_live(true);  // answering is being live
+        return Status::Ok();
+      },
+      /*open=*/true);
 }
 
 grpc::ServerUnaryReactor* OipServiceImpl::ServerReady(grpc::CallbackServerContext* ctx,
                                                       const inference::ServerReadyRequest* /*req*/,
                                                       inference::ServerReadyResponse* resp) {
-  return calls_->ServeSimple(Rpc::kOipMetadata, ctx, resp, [this, resp] {
-    resp->set_ready(ready_->load());
-    return Status::Ok();
-  });
+  return calls_->ServeSimple(
+      Rpc::kOipMetadata, ctx, resp,
+      [this, resp] {
+        resp->set_ready(ready_->load());
+        return Status::Ok();
+      },
+      /*open=*/true);
 }
 
 grpc::ServerUnaryReactor* OipServiceImpl::ModelReady(grpc::CallbackServerContext* ctx,

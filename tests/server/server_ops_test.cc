@@ -19,6 +19,7 @@
 
 #include "attention_client.h"
 #include "host_array.h"
+#include "inference/open_inference_grpc.grpc.pb.h"
 #include "test_server.h"
 
 namespace attn {
@@ -492,6 +493,31 @@ TEST(Auth, CallsNeedAValidBearerTokenAndHealthStaysOpen) {
   std::string health;
   ASSERT_TRUE(anonymous.Health("", &health).ok());
   EXPECT_EQ(health, "SERVING");
+  {  // The Open Inference Protocol: the same tokens; its live/ready open to probes.
+    auto oip = inference::GRPCInferenceService::NewStub(client::Connect(target));
+    grpc::ClientContext live_ctx, ready_ctx, meta_ctx, infer_ctx;
+    inference::ServerLiveResponse live;
+    ASSERT_TRUE(oip->ServerLive(&live_ctx, {}, &live).ok());
+    EXPECT_TRUE(live.live());
+    inference::ServerReadyResponse ready;
+    ASSERT_TRUE(oip->ServerReady(&ready_ctx, {}, &ready).ok());
+    EXPECT_TRUE(ready.ready());
+    inference::ServerMetadataResponse meta;
+    EXPECT_EQ(oip->ServerMetadata(&meta_ctx, {}, &meta).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+    inference::ModelInferRequest req;
+    req.set_model_name("scaled_dot_product_attention");
+    auto* q = req.add_inputs();
+    q->set_name("query"), q->set_datatype("FP32"), q->add_shape(1), q->add_shape(1);
+    q->mutable_contents()->add_fp32_contents(2.0f);
+    inference::ModelInferResponse resp;
+    EXPECT_EQ(oip->ModelInfer(&infer_ctx, req, &resp).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+    grpc::ClientContext with_token;
+    with_token.AddMetadata("authorization", std::string("Bearer ") + kTokenA);
+    ASSERT_TRUE(oip->ModelInfer(&with_token, req, &resp).ok());
+    EXPECT_EQ(resp.outputs(0).contents().fp32_contents(0), 2.0f);
+  }
 
   // Reload: B leaves, C arrives; A stays.
   dir.Write("tokens", std::string(kTokenA) + "\n" + kTokenC + "\n");
