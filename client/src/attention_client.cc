@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "oip_call.h"
 #include "wire/secret_files.h"
 #include "wire/status_mapping.h"
 
@@ -107,7 +108,8 @@ std::shared_ptr<grpc::Channel> Connect(const std::string& target, const ChannelO
 
 AttentionClient::AttentionClient(std::shared_ptr<grpc::Channel> channel)
     : stub_(attention::v1::AttentionService::NewStub(channel)),
-      health_(grpc::health::v1::Health::NewStub(channel)) {}
+      health_(grpc::health::v1::Health::NewStub(channel)),
+      oip_(inference::GRPCInferenceService::NewStub(channel)) {}
 
 grpc::Status AttentionClient::Attention(const attention::v1::AttentionRequest& req,
                                         attention::v1::AttentionResponse* resp,
@@ -136,6 +138,14 @@ grpc::Status AttentionClient::MultiHeadAttention(
 grpc::Status AttentionClient::Call(const AttentionCall& call,
                                    attention::v1::AttentionResponse* resp,
                                    std::chrono::milliseconds timeout) {
+  if (call.oip) {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, timeout);
+    inference::ModelInferResponse infer;
+    grpc::Status st = oip_->ModelInfer(&ctx, call.infer, &infer);
+    if (!st.ok()) return st;
+    return wire::ToGrpcStatus(FromOipResponse(infer, resp));
+  }
   if (call.op == "cross") return CrossAttention(call.cross, resp, timeout);
   if (call.op == "mha") return MultiHeadAttention(call.mha, resp, timeout);
   return Attention(call.attention, resp, timeout);

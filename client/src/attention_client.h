@@ -12,6 +12,7 @@
 #include "attention/v1/attention.grpc.pb.h"
 #include "attn/status.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "inference/open_inference_grpc.grpc.pb.h"
 #include "request_builder.h"
 
 namespace attn::client {
@@ -61,7 +62,7 @@ class AttentionClient {
   grpc::Status MultiHeadAttention(const attention::v1::MultiHeadAttentionRequest& req,
                                   attention::v1::AttentionResponse* resp,
                                   std::chrono::milliseconds timeout = {});
-  // The RPC of `call.op`.
+  // The RPC of `call.op`, or OIP's ModelInfer (its answer converted).
   grpc::Status Call(const AttentionCall& call, attention::v1::AttentionResponse* resp,
                     std::chrono::milliseconds timeout = {});
   grpc::Status ListModels(attention::v1::ListModelsResponse* resp,
@@ -80,6 +81,7 @@ class AttentionClient {
  private:
   std::unique_ptr<attention::v1::AttentionService::Stub> stub_;
   std::unique_ptr<grpc::health::v1::Health::Stub> health_;
+  std::unique_ptr<inference::GRPCInferenceService::Stub> oip_;
 };
 
 }  // namespace attn::client

@@ -53,6 +53,11 @@ Status ReadWorkload(const CommandLine& cl, BenchConfig* c) {
   std::string dtype;
   if (!Set([&] { return cl.Choice("--dtype", kDtypeNames, "float32"); }, &dtype, &st)) return st;
   c->dtype = DtypeByName(dtype);
+  std::string protocol;
+  if (!Set([&] { return cl.Choice("--protocol", {"native", "oip"}, "native"); }, &protocol, &st)) {
+    return st;
+  }
+  c->oip = protocol == "oip";
   c->causal = cl.has("--causal");
   if (c->seq_k == 0) c->seq_k = c->seq_q;
   return Status::Ok();

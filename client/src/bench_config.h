@@ -24,6 +24,7 @@ struct BenchConfig {
   bool causal = false;
   Encoding encoding = Encoding::kData;
   wire::WireType dtype = wire::WireType::kFloat32;  // --dtype
+  bool oip = false;                                 // --protocol oip
   std::vector<int> concurrency = {1};               // a list is a sweep, one row per level
   int connections = 1;
   int64_t requests = 0;  // measured calls per level; 0: run for `duration_s`

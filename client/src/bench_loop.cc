@@ -15,6 +15,7 @@
 
 #include "bench.h"
 #include "bench_workload.h"
+#include "oip_call.h"
 #include "wire/status_mapping.h"
 #include "wire/timing_trailer.h"
 
@@ -186,14 +187,17 @@ class LevelRun {
     Start(next);  // our slot is still counted, so Run() is still waiting
   }
 
-  static bool Parse(const grpc::ByteBuffer& buffer, attention::v1::AttentionResponse* resp) {
+  // The response, native or OIP's (converted).
+  bool Parse(const grpc::ByteBuffer& buffer, attention::v1::AttentionResponse* resp) const {
     std::vector<grpc::Slice> slices;
     if (!buffer.Dump(&slices).ok()) return false;
     std::string bytes;
     for (const auto& slice : slices) {
       bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
     }
-    return resp->ParseFromString(bytes);
+    if (!c_.oip) return resp->ParseFromString(bytes);
+    inference::ModelInferResponse infer;
+    return infer.ParseFromString(bytes) && FromOipResponse(infer, resp).ok();
   }
 
   // Within float32's error; for a half type, plus the one rounding of the

@@ -90,10 +90,11 @@ std::string ReportToJson(const BenchReport& r) {
     << ", \"seq_q\": " << c.seq_q << ", \"seq_k\": " << c.seq_k << ", \"dim\": " << c.dim
     << ", \"heads\": " << c.heads << ", \"causal\": " << (c.causal ? "true" : "false")
     << ", \"encoding\": " << JsonQuote(c.encoding == Encoding::kValues ? "values" : "raw")
-    << ", \"dtype\": " << JsonQuote(DtypeName(c.dtype)) << ", \"connections\": " << c.connections
-    << ", \"requests\": " << c.requests << ", \"duration_s\": " << Num(c.duration_s)
-    << ", \"rps\": " << Num(c.rps) << ", \"warmup_s\": " << Num(c.warmup_s)
-    << ", \"timeout_s\": " << Num(c.timeout_s)
+    << ", \"dtype\": " << JsonQuote(DtypeName(c.dtype))
+    << ", \"protocol\": " << JsonQuote(c.oip ? "oip" : "native")
+    << ", \"connections\": " << c.connections << ", \"requests\": " << c.requests
+    << ", \"duration_s\": " << Num(c.duration_s) << ", \"rps\": " << Num(c.rps)
+    << ", \"warmup_s\": " << Num(c.warmup_s) << ", \"timeout_s\": " << Num(c.timeout_s)
     << ", \"retry\": " << (c.channel.retry_unavailable ? "true" : "false")
     << ", \"tls\": " << (c.channel.UsesTls() ? "true" : "false")
     << ", \"token\": " << (c.channel.token.empty() ? "false" : "true")

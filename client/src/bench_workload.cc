@@ -83,7 +83,7 @@ StatusOr<Workload> BuildWorkload(const BenchConfig& c, AttentionClient& client) 
   std::mt19937 rng(static_cast<unsigned>(c.seed));
   CallSpec spec;
   spec.op = c.op, spec.model = c.model, spec.encoding = c.encoding, spec.dtype = c.dtype,
-  spec.causal = c.causal;
+  spec.oip = c.oip, spec.causal = c.causal;
   auto weights = ResolveWeights(c, client, rng, &spec);
   if (!weights.ok()) return weights.status();
   // Half types: what the server computes on is the rounded inputs, so the

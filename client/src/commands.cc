@@ -76,6 +76,9 @@ StatusOr<CallSpec> SpecFromFlags(const CommandLine& cl, Session& s) {
   auto dtype = cl.Choice("--dtype", kDtypeNames, "float32");
   if (!dtype.ok()) return dtype.status();
   spec.dtype = DtypeByName(*dtype);
+  auto protocol = cl.Choice("--protocol", {"native", "oip"}, "native");
+  if (!protocol.ok()) return protocol.status();
+  spec.oip = *protocol == "oip";
   spec.causal = cl.has("--causal");
   spec.return_weights = cl.has("--return-weights");
   spec.per_head_weights = cl.has("--per-head-weights");

@@ -64,6 +64,7 @@ const std::vector<FlagSpec>& FlagTable() {
     {"--num-heads", "N", "mha bench", "heads (mha: taken from the model when 0; bench: inline shapes, default 1)"},
     {"--causal", nullptr, "attention cross mha bench", "query i never sees key j > i"},
     {"--encoding", "raw|values", "attention cross mha bench", "how tensors travel: raw bytes or repeated float (default raw)"},
+    {"--protocol", "native|oip", "attention cross mha bench", "attention.v1, or the Open Inference Protocol's ModelInfer (default native)"},
     {"--dtype", "float32|float16|bfloat16", "attention cross mha bench", "the float tensors' wire type, both ways (half types as raw bytes; default float32)"},
     {"--seed", "N", "attention cross mha bench", "for the random inputs (default 0)"},
     // One call.

@@ -1,5 +1,7 @@
 #include "request_builder.h"
 
+#include "oip_call.h"
+
 namespace attn::client {
 namespace {
 
@@ -52,12 +54,14 @@ const char* DtypeName(wire::WireType type) {
 }
 
 const google::protobuf::Message& AttentionCall::message() const {
+  if (oip) return infer;
   if (op == "cross") return cross;
   if (op == "mha") return mha;
   return attention;
 }
 
 std::string AttentionCall::method() const {
+  if (oip) return kOipMethod;
   const char* rpc = op == "cross" ? "CrossAttention"
                     : op == "mha" ? "MultiHeadAttention"
                                   : "Attention";
@@ -67,6 +71,13 @@ std::string AttentionCall::method() const {
 StatusOr<AttentionCall> BuildCall(const CallSpec& s) {
   AttentionCall call;
   call.op = s.op;
+  if (s.oip) {
+    auto req = BuildOipRequest(s);
+    if (!req.ok()) return req.status();
+    call.oip = true;
+    call.infer = std::move(*req);
+    return call;
+  }
   if (s.op == "cross") {
     if (s.query.shape.empty() || !s.key) {
       return Status::InvalidArgument("cross: --decoder and --encoder (or --random) are required");

@@ -11,12 +11,14 @@
 #include "attention/v1/attention.pb.h"
 #include "attn/status.h"
 #include "host_array.h"
+#include "inference/open_inference_grpc.pb.h"
 
 namespace attn::client {
 
 struct CallSpec {
   std::string op;  // attention | cross | mha
   std::string model;
+  bool oip = false;  // --protocol oip: an Open Inference Protocol ModelInfer call
   Encoding encoding = Encoding::kData;
   // The float tensors' wire type (--dtype); half types travel as data.
   wire::WireType dtype = wire::WireType::kFloat32;
@@ -31,12 +33,15 @@ struct CallSpec {
   std::vector<HostArray> projections;
 };
 
-// A built request: the message of `op`, and its gRPC method path.
+// A built request: the message of `op` (or of OIP's ModelInfer), and its
+// gRPC method path.
 struct AttentionCall {
   std::string op;
+  bool oip = false;
   attention::v1::AttentionRequest attention;
   attention::v1::CrossAttentionRequest cross;
   attention::v1::MultiHeadAttentionRequest mha;
+  inference::ModelInferRequest infer;  // with oip
 
   const google::protobuf::Message& message() const;
   std::string method() const;  // "/attention.v1.AttentionService/MultiHeadAttention"

@@ -5,6 +5,9 @@
 
 #include <random>
 
+#include "attention_client.h"
+#include "test_server.h"
+
 namespace attn {
 namespace {
 
@@ -49,6 +52,87 @@ TEST(RequestBuilder, EachOpGetsItsFieldsAndRefusesWhatItCannotCarry) {
   empty.op = "attention";
   EXPECT_EQ(BuildCall(empty).status().ToString(),
             "INVALID_ARGUMENT: attention: --query (or --random) is required");
+}
+
+// --protocol oip: the same spec as an OIP ModelInfer request.
+TEST(RequestBuilder, OipRequestsCarryInputsAndParametersByName) {
+  std::mt19937 rng(3);
+  CallSpec spec;
+  spec.op = "cross";
+  spec.oip = true;
+  spec.model = "demo-cross-attention";
+  spec.dtype = wire::WireType::kBFloat16;
+  spec.causal = true;
+  spec.scale = 0.25f;
+  client::FillRandomInputs({1, 3, 5, 64, 64, 64}, rng, &spec);
+  spec.key_padding_mask = HostArray{{1, 5}, {0, 0, 1, 0, 1}, false};
+  auto call = BuildCall(spec);
+  ASSERT_TRUE(call.ok()) << call.status().ToString();
+  EXPECT_EQ(call->method(), "/inference.GRPCInferenceService/ModelInfer");
+  const auto& r = call->infer;
+  EXPECT_EQ(r.model_name(), "demo-cross-attention");
+  ASSERT_EQ(r.inputs_size(), 4);
+  EXPECT_EQ(r.inputs(0).name(), "query");
+  EXPECT_EQ(r.inputs(1).name(), "key");
+  EXPECT_EQ(r.inputs(2).name(), "value");  // the encoder again
+  EXPECT_EQ(r.raw_input_contents(1), r.raw_input_contents(2));
+  EXPECT_EQ(r.inputs(0).datatype(), "BF16");
+  EXPECT_EQ(r.raw_input_contents(0).size(), 2u * 3 * 64);
+  EXPECT_EQ(r.inputs(3).datatype(), "BOOL");
+  EXPECT_EQ(r.raw_input_contents(3), std::string("\0\0\1\0\1", 5));
+  EXPECT_TRUE(r.parameters().at("causal").bool_param());
+  EXPECT_EQ(r.parameters().at("scale").double_param(), 0.25);
+
+  CallSpec bad = spec;
+  bad.model.clear();
+  EXPECT_EQ(BuildCall(bad).status().message(),
+            "--protocol oip: cross needs --model (OIP models carry their weights)");
+  bad = spec;
+  bad.encoding = client::Encoding::kValues;
+  EXPECT_EQ(BuildCall(bad).status().message(),
+            "--dtype bfloat16: half types travel as raw bytes only (--encoding raw)");
+  bad = spec;
+  bad.projections.push_back(HostArray{{1}, {1}, false});
+  EXPECT_EQ(BuildCall(bad).status().message(),
+            "--protocol oip: inline projection weights are attention.v1's only; use --model");
+}
+
+// The same inputs through attention.v1 and through OIP (raw and typed
+// contents, float32 and a half type) give the same bits: one call path.
+TEST(RequestBuilder, OipAndNativeAnswersAreBitIdentical) {
+  auto server = attn_test::StartTestServer();
+  ASSERT_NE(server, nullptr);
+  client::AttentionClient c(client::Connect(attn_test::Target(*server)));
+  std::mt19937 rng(9);
+  for (auto dtype : {wire::WireType::kFloat32, wire::WireType::kFloat16}) {
+    for (auto enc : {client::Encoding::kData, client::Encoding::kValues}) {
+      if (enc == client::Encoding::kValues && dtype != wire::WireType::kFloat32) continue;
+      CallSpec spec;
+      spec.op = "mha";
+      spec.model = "demo-mha-small";
+      spec.dtype = dtype;
+      spec.encoding = enc;
+      spec.return_weights = true;
+      client::FillRandomInputs({2, 5, 7, 64, 64, 64}, rng, &spec);
+      attention::v1::AttentionResponse native, oip;
+      auto call = BuildCall(spec);
+      ASSERT_TRUE(call.ok());
+      ASSERT_TRUE(c.Call(*call, &native).ok());
+      spec.oip = true;
+      call = BuildCall(spec);
+      ASSERT_TRUE(call.ok());
+      const grpc::Status st = c.Call(*call, &oip);
+      ASSERT_TRUE(st.ok()) << st.error_message();
+      for (auto [a, b] : {std::pair{&native.output(), &oip.output()},
+                          std::pair{&native.weights(), &oip.weights()}}) {
+        auto x = client::FromWire(*a, "native"), y = client::FromWire(*b, "oip");
+        ASSERT_TRUE(x.ok() && y.ok());
+        EXPECT_EQ(x->shape, y->shape);
+        EXPECT_EQ(x->values, y->values);
+        EXPECT_EQ(a->dtype(), b->dtype());
+      }
+    }
+  }
 }
 
 }  // namespace
