@@ -36,7 +36,8 @@ printf '%s\n' "$token1" >"$dir/token1"
 printf '%s\n' "$token2" >"$dir/token2"
 
 start_server "$dir/server.log" --tls-cert "$dir/server.pem" --tls-key "$dir/server.key" \
-  --tls-client-ca "$dir/ca.pem" --auth-token-file "$dir/tokens" --metrics-port 0 --log-level debug
+  --tls-client-ca "$dir/ca.pem" --auth-token-file "$dir/tokens" --metrics-port 0 --http-port 0 \
+  --log-level debug
 grep -q "transport mutual TLS; bearer tokens 1 loaded" "$dir/server.log" || fail "no security line"
 metrics_port=$(grep -oE 'metrics http://[0-9.]+:[0-9]+/metrics' "$dir/server.log" | grep -oE ':[0-9]+/' | tr -d ':/')
 target=127.0.0.1:$port
@@ -55,6 +56,26 @@ out=$("$client" attention "${tls[@]}" --token-file "$dir/token1" --query '[[1,0]
 grep -q "0.7988" <<<"$out" || fail "seed example: $out"
 out=$(ATTN_TOKEN=$token1 "$client" models "${tls[@]}")
 grep -q demo-mha-small <<<"$out" || fail "models with ATTN_TOKEN: $out"
+# The same through OIP over gRPC.
+out=$("$client" attention "${tls[@]}" --token-file "$dir/token1" --protocol oip --query '[[1,0],[0,1],[1,1],[1,1],[0.5,1]]')
+grep -q "0.7988" <<<"$out" || fail "seed example over OIP: $out"
+
+# OIP over HTTPS: the same certificate, client CA and tokens as the gRPC port.
+https=$(grep -oE 'OIP HTTP https://[0-9.]+:[0-9]+' "$dir/server.log" | grep -oE '[0-9]+$') || fail "no HTTPS line"
+pki=(--cacert "$dir/ca.pem" --cert "$dir/client.pem" --key "$dir/client.key")
+body='{"inputs": [{"name": "query", "shape": [5, 2], "datatype": "FP32", "data": [1, 0, 0, 1, 1, 1, 1, 1, 0.5, 1]}]}'
+code=$(curl -sS -o "$dir/h.json" -w '%{http_code}' "${pki[@]}" -X POST -d "$body" \
+  "https://127.0.0.1:$https/v2/models/scaled_dot_product_attention/infer")
+[ "$code" = 401 ] || fail "HTTPS without a token: $code $(cat "$dir/h.json")"
+code=$(curl -sS -o "$dir/h.json" -w '%{http_code}' "${pki[@]}" -H "Authorization: Bearer $token1" \
+  -X POST -d "$body" "https://127.0.0.1:$https/v2/models/scaled_dot_product_attention/infer")
+[ "$code" = 200 ] && grep -q '0.798781' "$dir/h.json" || fail "HTTPS with a token: $code $(cat "$dir/h.json")"
+if curl -sS -o /dev/null --cacert "$dir/ca.pem" "https://127.0.0.1:$https/v2/health/live" 2>/dev/null; then
+  fail "HTTPS served a client without a certificate"
+fi
+if curl -sS -o /dev/null "http://127.0.0.1:$https/v2/health/live" 2>/dev/null; then
+  fail "plain HTTP answered on the HTTPS port"
+fi
 
 # The bench over mTLS with a token: no errors, and no token in its report.
 "$client" bench "${tls[@]}" --token-file "$dir/token1" --op mha --model demo-mha-small \
