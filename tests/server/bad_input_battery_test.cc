@@ -2,6 +2,7 @@
 // request of a random RPC and shape with one mutation whose answer is known.
 // Every one must get exactly that code, and the server must stay healthy.
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include <cmath>
 #include <functional>
@@ -10,6 +11,7 @@
 
 #include "attention_client.h"
 #include "host_array.h"
+#include "inference/open_inference_grpc.grpc.pb.h"
 #include "test_server.h"
 
 namespace attn {
@@ -49,7 +51,7 @@ std::vector<Mutation> Mutations() {
        [](Tensor* t, std::mt19937&) { t->add_values(1.0f); }},
       {"bool dtype for a float input", StatusCode::INVALID_ARGUMENT,
        [](Tensor* t, std::mt19937&) { t->set_dtype(attention::v1::DATA_TYPE_BOOL); }},
-      {"bfloat16", StatusCode::INVALID_ARGUMENT,
+      {"bfloat16 with float32's bytes", StatusCode::INVALID_ARGUMENT,
        [](Tensor* t, std::mt19937&) { t->set_dtype(attention::v1::DATA_TYPE_BFLOAT16); }},
       {"unknown dtype", StatusCode::INVALID_ARGUMENT,
        [](Tensor* t, std::mt19937& r) {
@@ -154,6 +156,160 @@ TEST(BadInputBattery, EveryMalformedRequestGetsItsCodeAndTheServerStaysUp) {
   std::string health;
   ASSERT_TRUE(c.Health("", &health).ok());
   EXPECT_EQ(health, "SERVING");
+}
+
+// The same for the Open Inference Protocol: a valid ModelInferRequest (SDPA
+// or a model, raw or typed) with one mutation whose answer is known.
+struct OipMutation {
+  const char* name;
+  StatusCode expected;
+  std::function<void(inference::ModelInferRequest*, std::mt19937&)> apply;
+};
+
+std::vector<OipMutation> OipMutations() {
+  using R = inference::ModelInferRequest;
+  auto raw = [](R* r) { return r->raw_input_contents_size() > 0; };
+  return {
+      {"truncated raw", StatusCode::INVALID_ARGUMENT,
+       [raw](R* r, std::mt19937& g) {
+         if (!raw(r)) return r->mutable_inputs(0)->mutable_contents()->add_fp32_contents(1);
+         std::string* b = r->mutable_raw_input_contents(0);
+         b->resize(b->size() - 1 - g() % 3);
+       }},
+      {"negative dim", StatusCode::INVALID_ARGUMENT,
+       [](R* r, std::mt19937& g) { r->mutable_inputs(0)->set_shape(0, -1 - int64_t(g() % 5)); }},
+      {"overflowing dims", StatusCode::INVALID_ARGUMENT,
+       [](R* r, std::mt19937&) {
+         r->mutable_inputs(0)->set_shape(0, int64_t{1} << 40);
+         r->mutable_inputs(0)->set_shape(1, int64_t{1} << 40);
+       }},
+      {"over the element limit", StatusCode::RESOURCE_EXHAUSTED,
+       [](R* r, std::mt19937&) { r->mutable_inputs(0)->set_shape(0, int64_t{1} << 28); }},
+      {"unknown datatype", StatusCode::INVALID_ARGUMENT,
+       [](R* r, std::mt19937& g) {
+         const char* names[] = {"INT8", "STRING", "fp32", "", "FP64", "UINT8"};
+         r->mutable_inputs(0)->set_datatype(names[g() % 6]);
+       }},
+      {"FP16 with FP32's bytes", StatusCode::INVALID_ARGUMENT,
+       [raw](R* r, std::mt19937&) {
+         r->mutable_inputs(0)->set_datatype(raw(r) ? "FP16" : "BF16");
+       }},
+      {"one raw entry short", StatusCode::INVALID_ARGUMENT,
+       [raw](R* r, std::mt19937&) {
+         if (raw(r)) return r->mutable_raw_input_contents()->RemoveLast();
+         r->add_raw_input_contents("abcd");  // typed and raw mixed
+       }},
+      {"unknown input", StatusCode::INVALID_ARGUMENT,
+       [](R* r, std::mt19937& g) { r->mutable_inputs(g() % r->inputs_size())->set_name("qry"); }},
+      {"unknown parameter", StatusCode::INVALID_ARGUMENT,
+       [](R* r, std::mt19937&) { (*r->mutable_parameters())["temperature"].set_double_param(1); }},
+      {"mistyped parameter", StatusCode::INVALID_ARGUMENT,
+       [](R* r, std::mt19937&) { (*r->mutable_parameters())["causal"].set_int64_param(1); }},
+      {"unknown output", StatusCode::INVALID_ARGUMENT,
+       [](R* r, std::mt19937&) { r->add_outputs()->set_name("logits"); }},
+      {"unknown model", StatusCode::NOT_FOUND,
+       [](R* r, std::mt19937&) { r->set_model_name("no-such-model"); }},
+      {"NaN and Inf (IEEE: answered)", StatusCode::OK,
+       [raw](R* r, std::mt19937& g) {
+         if (!raw(r)) return r->mutable_inputs(0)->mutable_contents()->set_fp32_contents(0, NAN);
+         auto* f = reinterpret_cast<float*>(r->mutable_raw_input_contents(0)->data());
+         f[g() % (r->raw_input_contents(0).size() / 4)] = (g() & 1) ? NAN : INFINITY;
+       }},
+  };
+}
+
+inference::ModelInferRequest ValidOip(std::mt19937& rng) {
+  inference::ModelInferRequest r;
+  const bool model = rng() & 1, raw = rng() % 3 != 0;
+  const int64_t b = 1 + rng() % 3, l = 1 + rng() % 9, d = model ? 64 : 1 + rng() % 8;
+  r.set_model_name(model ? "demo-mha-small" : "scaled_dot_product_attention");
+  for (const char* name : {"query", "key", "value"}) {
+    const client::HostArray a = Random({b, l + (name[0] == 'q' ? 0 : 2), d}, rng);
+    auto* in = r.add_inputs();
+    in->set_name(name);
+    in->set_datatype("FP32");
+    in->mutable_shape()->Add(a.shape.begin(), a.shape.end());
+    if (raw) {
+      r.add_raw_input_contents(
+          std::string(reinterpret_cast<const char*>(a.values.data()), a.values.size() * 4));
+    } else {
+      in->mutable_contents()->mutable_fp32_contents()->Add(a.values.begin(), a.values.end());
+    }
+  }
+  if (rng() & 1) (*r.mutable_parameters())["causal"].set_bool_param(true);
+  return r;
+}
+
+TEST(BadInputBattery, EveryMalformedOipRequestAndHttpBodyGetsItsCodeAndTheServerStaysUp) {
+  auto s = attn_test::StartTestServer([](server::ServerConfig& c) { c.http_port = 0; });
+  ASSERT_NE(s, nullptr);
+  auto oip = inference::GRPCInferenceService::NewStub(client::Connect(attn_test::Target(*s)));
+  std::mt19937 rng(13);
+  const auto mutations = OipMutations();
+  std::map<std::string, int> seen;
+  for (int i = 0; i < 300; ++i) {
+    const OipMutation& m = mutations[rng() % mutations.size()];
+    inference::ModelInferRequest req = ValidOip(rng);
+    m.apply(&req, rng);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    inference::ModelInferResponse resp;
+    const grpc::Status st = oip->ModelInfer(&ctx, req, &resp);
+    ++seen[m.name];
+    EXPECT_EQ(st.error_code(), m.expected)
+        << "request " << i << " (" << m.name << "): " << st.error_message();
+  }
+  EXPECT_EQ(seen.size(), mutations.size()) << "every mutation was tried";
+
+  // HTTP bodies: a valid JSON body cut short, or a binary body whose
+  // header or sizes lie. Always a 4xx with a JSON error, never a crash.
+  httplib::Client http("127.0.0.1", s->http_port());
+  http.set_read_timeout(10, 0);
+  const std::string json = R"({"inputs": [{"name": "query", "shape": [2, 3], "datatype": "FP32",)"
+                           R"( "data": [1, 2, 3, 4, 5, 6]}], "parameters": {"causal": true}})";
+  const std::string bin_header =
+      R"({"inputs": [{"name": "query", "shape": [2, 2], "datatype": "FP32",)"
+      R"( "parameters": {"binary_data_size": 16}}]})";
+  std::map<int, int> statuses;
+  for (int i = 0; i < 200; ++i) {
+    std::string body;
+    httplib::Headers headers;
+    switch (rng() % 4) {
+      case 0:  // JSON cut anywhere
+        body = json.substr(0, rng() % json.size());
+        break;
+      case 1:  // a declared JSON length past the end, or a huge one
+        body = bin_header + std::string(16, '\0');
+        headers.emplace("Inference-Header-Content-Length",
+                        std::to_string((rng() & 1) ? body.size() + 1 + rng() % 100
+                                                   : uint64_t{1} << (40 + rng() % 20)));
+        break;
+      case 2:  // binary data of the wrong size
+        body = bin_header + std::string(rng() % 32 == 16 ? 15 : rng() % 32, '\0');
+        if (body.size() == bin_header.size() + 16) body.pop_back();
+        headers.emplace("Inference-Header-Content-Length", std::to_string(bin_header.size()));
+        break;
+      default: {  // a wrong datatype or a wrong value count
+        const char* types[] = {"INT32", "BYTES", "FP64", "bool"};
+        body = (rng() & 1)
+                   ? R"({"inputs": [{"name": "query", "shape": [2, 3], "datatype": ")" +
+                         std::string(types[rng() % 4]) + R"(", "data": [1, 2, 3, 4, 5, 6]}]})"
+                   : R"({"inputs": [{"name": "query", "shape": [2, 3], "datatype": "FP32",)"
+                     R"( "data": [1, 2, 3]}]})";
+      }
+    }
+    auto res = http.Post("/v2/models/scaled_dot_product_attention/infer", headers, body,
+                         "application/json");
+    ASSERT_TRUE(res) << "request " << i << ": no answer (" << httplib::to_string(res.error())
+                     << ")";
+    ++statuses[res->status];
+    EXPECT_EQ(res->status, 400) << "request " << i << ": " << body.substr(0, 120) << " -> "
+                                << res->body;
+    EXPECT_EQ(res->body.rfind("{\"error\":", 0), 0u) << res->body;
+  }
+  auto live = http.Get("/v2/health/live");
+  ASSERT_TRUE(live);
+  EXPECT_EQ(live->status, 200);
 }
 
 }  // namespace
