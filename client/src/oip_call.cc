@@ -5,26 +5,13 @@
 namespace attn::client {
 namespace {
 
-const char* OipDatatype(wire::WireType t) {
-  switch (t) {
-    case wire::WireType::kFloat16:
-      return "FP16";
-    case wire::WireType::kBFloat16:
-      return "BF16";
-    case wire::WireType::kBool:
-      return "BOOL";
-    default:
-      return "FP32";
-  }
-}
-
 // One input: raw bytes (the encoding's `data`) or typed contents (`values`).
 void AddInput(const std::string& name, const HostArray& a, const CallSpec& s,
               inference::ModelInferRequest* req) {
   const wire::WireType type = a.is_bool ? wire::WireType::kBool : s.dtype;
   auto* in = req->add_inputs();
   in->set_name(name);
-  in->set_datatype(OipDatatype(type));
+  in->set_datatype(wire::OipDatatype(type));
   in->mutable_shape()->Add(a.shape.begin(), a.shape.end());
   if (s.encoding == Encoding::kValues) {
     if (a.is_bool) {
@@ -110,11 +97,9 @@ Status FromOipResponse(const inference::ModelInferResponse& resp,
                                                       : nullptr;
     if (t == nullptr) continue;
     t->mutable_shape()->Add(o.shape().begin(), o.shape().end());
-    const wire::WireType type = o.datatype() == "FP16"   ? wire::WireType::kFloat16
-                                : o.datatype() == "BF16" ? wire::WireType::kBFloat16
-                                : o.datatype() == "FP32" ? wire::WireType::kFloat32
-                                                         : wire::WireType::kOther;
-    if (type == wire::WireType::kOther) {
+    const wire::WireType type = wire::FromOipDatatype(o.datatype());
+    if (type != wire::WireType::kFloat32 && type != wire::WireType::kFloat16 &&
+        type != wire::WireType::kBFloat16) {
       return Status::InvalidArgument("response: output '" + o.name() + "' has datatype " +
                                      o.datatype());
     }

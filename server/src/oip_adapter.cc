@@ -98,7 +98,7 @@ StatusOr<wire::WireTensor> InputTensor(const ModelInferRequest& req, int i,
   const auto& in = req.inputs(i);
   const std::string at = "inputs[" + std::to_string(i) + "] (" + in.name() + ")";
   wire::WireTensor t;
-  t.type = WireTypeFromOip(in.datatype());
+  t.type = wire::FromOipDatatype(in.datatype());
   t.type_name = in.datatype().empty() ? "no datatype" : in.datatype();
   t.shape.assign(in.shape().begin(), in.shape().end());
   t.type_field = "datatype";
@@ -167,7 +167,7 @@ Status ReadOutputs(const ModelInferRequest& req, wire::WireType query_type, Call
         return Status::InvalidArgument(at + ".parameters." + name +
                                        ": unknown parameter (known: datatype, binary_data)");
       }
-      type = WireTypeFromOip(p.string_param());
+      type = wire::FromOipDatatype(p.string_param());
       if (p.parameter_choice_case() != InferParameter::kStringParam ||
           type == wire::WireType::kBool || type == wire::WireType::kOther) {
         return Status::InvalidArgument(at +
@@ -191,27 +191,6 @@ Status ReadOutputs(const ModelInferRequest& req, wire::WireType query_type, Call
 }
 
 }  // namespace
-
-wire::WireType WireTypeFromOip(const std::string& datatype) {
-  if (datatype == "FP32") return wire::WireType::kFloat32;
-  if (datatype == "FP16") return wire::WireType::kFloat16;
-  if (datatype == "BF16") return wire::WireType::kBFloat16;
-  if (datatype == "BOOL") return wire::WireType::kBool;
-  return wire::WireType::kOther;
-}
-
-const char* OipDatatype(wire::WireType type) {
-  switch (type) {
-    case wire::WireType::kFloat16:
-      return "FP16";
-    case wire::WireType::kBFloat16:
-      return "BF16";
-    case wire::WireType::kBool:
-      return "BOOL";
-    default:
-      return "FP32";
-  }
-}
 
 Status CheckModel(const ModelRegistry& models, const std::string& name,
                   const std::string& version) {
@@ -318,7 +297,7 @@ Status PrepareInfer(const ModelInferRequest& req, const ModelRegistry& models,
   for (size_t i = 0; i < plan.is_weights.size(); ++i) {
     auto* o = resp->add_outputs();
     o->set_name(plan.is_weights[i] ? "weights" : "output");
-    o->set_datatype(OipDatatype(plan.types[i]));
+    o->set_datatype(wire::OipDatatype(plan.types[i]));
     if (plan.raw) resp->add_raw_output_contents();
   }
   // FP32 raw output: core writes it straight into the response's bytes.

@@ -37,8 +37,4 @@ Status PrepareInfer(const inference::ModelInferRequest& req, const ModelRegistry
                     const RequestLimits& limits, PreparedCall* call,
                     inference::ModelInferResponse* resp);
 
-// "FP32" -> kFloat32 ...; kOther for any other name.
-wire::WireType WireTypeFromOip(const std::string& datatype);
-const char* OipDatatype(wire::WireType type);
-
 }  // namespace attn::server::oip

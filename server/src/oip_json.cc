@@ -144,7 +144,7 @@ Status ParseInput(const JsonValue& in, const std::string& where, std::string_vie
     }
   }
   const JsonValue* data = in.Find("data");
-  const auto type = WireTypeFromOip(t->datatype());
+  const auto type = wire::FromOipDatatype(t->datatype());
   std::string* raw = req->add_raw_input_contents();
   if (binary_size >= 0) {
     if (data != nullptr) return Bad(at, "set data or parameters.binary_data_size, not both");
@@ -194,7 +194,7 @@ void AppendShape(const google::protobuf::RepeatedField<int64_t>& shape, std::str
 
 // Raw output bytes as JSON numbers.
 void AppendData(const std::string& raw, const std::string& datatype, std::string* out) {
-  const auto type = WireTypeFromOip(datatype);
+  const auto type = wire::FromOipDatatype(datatype);
   const int64_t n =
       static_cast<int64_t>(raw.size()) / std::max<int64_t>(1, wire::WireTypeBytes(type));
   std::vector<float> f(static_cast<size_t>(n));

@@ -111,7 +111,7 @@ void RunOip(const inference::ModelInferRequest& req, const attn::server::oip::Ht
   for (int i = 0; i < resp.outputs_size() && resp.raw_output_contents_size() > 0; ++i) {
     int64_t n = 1;
     for (int64_t d : resp.outputs(i).shape()) n *= d;
-    const auto type = attn::server::oip::WireTypeFromOip(resp.outputs(i).datatype());
+    const auto type = attn::wire::FromOipDatatype(resp.outputs(i).datatype());
     if (static_cast<int64_t>(resp.raw_output_contents(i).size()) !=
         n * attn::wire::WireTypeBytes(type)) {
       std::fprintf(stderr, "request_fuzzer: OIP output %d has %zu bytes for %lld %s\n", i,

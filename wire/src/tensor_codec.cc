@@ -108,6 +108,30 @@ WireType FromNativeDataType(int dtype) {
   }
 }
 
+const char* OipDatatype(WireType type) {
+  switch (type) {
+    case WireType::kFloat32:
+      return "FP32";
+    case WireType::kFloat16:
+      return "FP16";
+    case WireType::kBFloat16:
+      return "BF16";
+    case WireType::kBool:
+      return "BOOL";
+    case WireType::kOther:
+      break;
+  }
+  return "";
+}
+
+WireType FromOipDatatype(const std::string& datatype) {
+  for (WireType t :
+       {WireType::kFloat32, WireType::kFloat16, WireType::kBFloat16, WireType::kBool}) {
+    if (datatype == OipDatatype(t)) return t;
+  }
+  return WireType::kOther;
+}
+
 WireTensor FromNative(const attention::v1::Tensor& t) {
   WireTensor w;
   w.type = FromNativeDataType(t.dtype());

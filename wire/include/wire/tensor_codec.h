@@ -103,4 +103,9 @@ std::string WireDataTypeName(int dtype);
 int NativeDataType(WireType type);
 WireType FromNativeDataType(int dtype);
 
+// The Open Inference Protocol's datatype names: "FP32", "FP16", "BF16",
+// "BOOL" (kOther: ""), and back (kOther for any other name).
+const char* OipDatatype(WireType type);
+WireType FromOipDatatype(const std::string& datatype);
+
 }  // namespace attn::wire
