@@ -36,9 +36,10 @@ RUN apt-get update \
  && mkdir /models
 COPY --from=build /build/bin/attention-server /build/bin/attention-client /usr/local/bin/
 USER 10001:10001
-# gRPC on 50051; Prometheus /metrics on 9090.
-ENV ATTN_HOST=0.0.0.0 ATTN_PORT=50051 ATTN_METRICS_PORT=9090
-EXPOSE 50051 9090
+# gRPC (attention.v1 and the Open Inference Protocol) on 50051; OIP's
+# HTTP/JSON on 8000; Prometheus /metrics on 9090.
+ENV ATTN_HOST=0.0.0.0 ATTN_PORT=50051 ATTN_HTTP_PORT=8000 ATTN_METRICS_PORT=9090
+EXPOSE 50051 8000 9090
 HEALTHCHECK --interval=10s --timeout=3s --start-period=15s --retries=3 \
   CMD attention-client health --target 127.0.0.1:${ATTN_PORT} --timeout 2s || exit 1
 ENTRYPOINT ["attention-server"]

@@ -64,6 +64,12 @@ class ManifestTest(unittest.TestCase):
         for svc in by_kind("Service"):
             self.assertEqual(svc["spec"]["ports"][0]["targetPort"], "grpc")
             self.assertEqual(svc["spec"]["ports"][0]["port"], port)
+        # The Open Inference Protocol's HTTP port, on the ClusterIP Service.
+        http = int(self.args["http-port"])
+        self.assertEqual(ports["http"], http)
+        cluster = [s for s in by_kind("Service") if s["spec"].get("clusterIP") is None][0]
+        self.assertIn({"name": "http", "port": http, "targetPort": "http", "appProtocol": "http"},
+                      cluster["spec"]["ports"])
         self.assertIn(None, [s["spec"].get("clusterIP") for s in by_kind("Service")])
         self.assertIn("None", [s["spec"].get("clusterIP") for s in by_kind("Service")])
 
