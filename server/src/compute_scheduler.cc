@@ -20,10 +20,21 @@ ComputeScheduler::~ComputeScheduler() {
 }
 
 bool ComputeScheduler::Submit(int threads, std::function<void(int)> job) {
+  threads = std::clamp(threads, 1, cpus_);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (static_cast<int>(queue_.size()) >= max_queue_ || stopping_) return false;
-    queue_.push_back({std::clamp(threads, 1, cpus_), std::move(job)});
+    if (stopping_) return false;
+    // Its tokens are free and nobody is ahead of it: it starts now, on an
+    // idle worker (a worker runs one job, a job holds a token: one is idle).
+    const bool now = waiting_ == 0 && free_tokens_ >= threads;
+    if (!now && waiting_ >= max_queue_) return false;
+    if (now) {
+      free_tokens_ -= threads;
+      ++running_;
+    } else {
+      ++waiting_;
+    }
+    queue_.push_back({threads, std::move(job), now});
   }
   cv_.notify_all();
   return true;
@@ -32,7 +43,7 @@ bool ComputeScheduler::Submit(int threads, std::function<void(int)> job) {
 bool ComputeScheduler::TryAcquire(int threads) {
   std::lock_guard<std::mutex> lock(mu_);
   threads = std::clamp(threads, 1, cpus_);
-  if (!queue_.empty() || free_tokens_ < threads || stopping_) return false;
+  if (waiting_ > 0 || free_tokens_ < threads || stopping_) return false;
   free_tokens_ -= threads;
   ++running_;
   return true;
@@ -44,7 +55,7 @@ void ComputeScheduler::Release(int threads) {
     std::lock_guard<std::mutex> lock(mu_);
     free_tokens_ += std::clamp(threads, 1, cpus_);
     --running_;
-    waiting = !queue_.empty();
+    waiting = waiting_ > 0;
   }
   // Only a queued job can use the tokens; waking idle workers for nothing
   // costs two context switches per small call.
@@ -53,7 +64,7 @@ void ComputeScheduler::Release(int threads) {
 
 int ComputeScheduler::queued() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return static_cast<int>(queue_.size());
+  return waiting_;
 }
 
 int ComputeScheduler::running() const {
@@ -67,17 +78,22 @@ void ComputeScheduler::WorkerLoop() {
     bool more = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      // FIFO: only the front job may start, when its tokens are free.
+      // FIFO: only the front job may start: a granted one at once, a
+      // waiting one when its tokens are free.
       cv_.wait(lock, [this] {
-        return (!queue_.empty() && queue_.front().threads <= free_tokens_) ||
+        return (!queue_.empty() &&
+                (queue_.front().granted || queue_.front().threads <= free_tokens_)) ||
                (stopping_ && queue_.empty());
       });
       if (queue_.empty()) return;  // stopping, nothing left
       job = std::move(queue_.front());
       queue_.pop_front();
-      free_tokens_ -= job.threads;
-      ++running_;
-      more = !queue_.empty() && free_tokens_ > 0;
+      if (!job.granted) {
+        free_tokens_ -= job.threads;
+        ++running_;
+        --waiting_;
+      }
+      more = !queue_.empty() && (queue_.front().granted || free_tokens_ > 0);
     }
     if (more) cv_.notify_all();  // the next job may fit in the remaining tokens
     job.run(job.threads);
@@ -85,7 +101,7 @@ void ComputeScheduler::WorkerLoop() {
       std::lock_guard<std::mutex> lock(mu_);
       free_tokens_ += job.threads;
       --running_;
-      more = !queue_.empty();
+      more = waiting_ > 0;
     }
     if (more) cv_.notify_all();
   }

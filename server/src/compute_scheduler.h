@@ -25,9 +25,12 @@ class ComputeScheduler {
   ComputeScheduler(const ComputeScheduler&) = delete;
   ComputeScheduler& operator=(const ComputeScheduler&) = delete;
 
-  // Queues `job`, to be called with the thread count it was granted
-  // (min(threads, cpus)). Returns false, without queueing, when the queue is
-  // full. Thread-safe.
+  // Runs `job` on a worker, called with the thread count it was granted
+  // (min(threads, cpus)): at once when its tokens are free and nobody waits
+  // (it never counts as queued), else after the jobs queued before it.
+  // Returns false, without queueing, when it would have to wait and
+  // `max_queue` jobs already do; so max_queue 0 means "run now or refuse".
+  // Thread-safe.
   bool Submit(int threads, std::function<void(int threads)> job);
 
   // Takes `threads` tokens without queueing when they are free and no job is
@@ -47,6 +50,7 @@ class ComputeScheduler {
   struct Job {
     int threads;
     std::function<void(int)> run;
+    bool granted = false;  // its tokens are already taken: it starts at once
   };
   void WorkerLoop();
 
@@ -54,7 +58,8 @@ class ComputeScheduler {
   const int max_queue_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Job> queue_;
+  std::deque<Job> queue_;  // granted jobs (at most one per idle worker), then waiting ones
+  int waiting_ = 0;        // jobs in queue_ not granted
   int free_tokens_;
   int running_ = 0;
   bool stopping_ = false;

@@ -144,6 +144,62 @@ TEST(Admission, CallsOverMaxQueueAreRefusedAtOnce) {
   EXPECT_EQ(bg.ok(), 2);
 }
 
+// --max-queue 0 means "never wait": a call runs when its CPUs are free now,
+// and is refused otherwise. (It used to refuse every call that was not
+// small enough to run inline, even on an idle server.)
+TEST(Admission, MaxQueueZeroRunsWhenTheCpusAreFreeAndRefusesOtherwise) {
+  // Two compute threads: a large call wants both, so it goes through the
+  // scheduler's queue path rather than running inline.
+  auto s = attn_test::StartTestServer([](server::ServerConfig& c) {
+    c.threads = 2;
+    c.max_inflight = 4;
+    c.max_queue = 0;
+  });
+  ASSERT_NE(s, nullptr);
+  client::AttentionClient c(client::Connect(attn_test::Target(*s)));
+  AttentionResponse resp;
+  // Idle: a call large enough for the compute workers (not inline) runs.
+  const grpc::Status idle = c.Attention(LongSdpa(2048), &resp, std::chrono::seconds(60));
+  EXPECT_TRUE(idle.ok()) << idle.error_message();
+  EXPECT_EQ(resp.output().shape(2), 2048);
+  // Busy: the CPU is taken, so the next call (large or small) is refused at once.
+  Background bg(attn_test::Target(*s));
+  ASSERT_TRUE(StartLongCall(bg, *s, 1));
+  for (const AttentionRequest& req : {SmallSdpa(), LongSdpa(512)}) {
+    const grpc::Status st = c.Attention(req, &resp, std::chrono::seconds(60));
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+    EXPECT_EQ(st.error_message(), "server: the compute queue is full (--max-queue 0); retry later");
+  }
+  bg.Join();
+  EXPECT_EQ(bg.ok(), 1);
+  EXPECT_TRUE(c.Attention(LongSdpa(512), &resp, std::chrono::seconds(60)).ok()) << "free again";
+}
+
+// The other edges: one call in flight at a time, and a queue as deep as the
+// in-flight limit (the in-flight limit refuses first).
+TEST(Admission, MaxInflightOneAndMaxQueueEqualToMaxInflight) {
+  for (const int inflight : {1, 2}) {
+    SCOPED_TRACE("max_inflight " + std::to_string(inflight));
+    auto s = attn_test::StartTestServer([&](server::ServerConfig& c) {
+      c.threads = 1;
+      c.max_inflight = inflight;
+      c.max_queue = inflight;
+    });
+    ASSERT_NE(s, nullptr);
+    Background bg(attn_test::Target(*s));
+    for (int i = 1; i <= inflight; ++i) ASSERT_TRUE(StartLongCall(bg, *s, i));
+    client::AttentionClient c(client::Connect(attn_test::Target(*s)));
+    AttentionResponse resp;
+    const grpc::Status st = c.Attention(SmallSdpa(), &resp, std::chrono::seconds(60));
+    EXPECT_EQ(st.error_message(), "server: " + std::to_string(inflight) +
+                                      " calls in flight already, the limit (--max-inflight); "
+                                      "retry later");
+    bg.Join();
+    EXPECT_EQ(bg.ok(), inflight) << "every admitted call finishes";
+    EXPECT_TRUE(c.Attention(SmallSdpa(), &resp, std::chrono::seconds(60)).ok());
+  }
+}
+
 TEST(Admission, ClientCancelFreesItsQueuedWork) {
   // One CPU, held by a long call; a second call waits, then its client
   // cancels it: the server drops it unanswered and never computes it.

@@ -255,6 +255,41 @@ TEST(ComputeScheduler, FullQueueRefusesAndClampsThreads) {
   EXPECT_EQ(granted.load(), 1);
 }
 
+TEST(ComputeScheduler, QueueZeroRunsWhenTokensAreFreeAndRefusesOtherwise) {
+  std::atomic<bool> release{false}, ran_all{false};
+  server::ComputeScheduler s(2, 0);
+  // Idle: a job wanting every CPU starts at once; it never counts as queued.
+  ASSERT_TRUE(s.Submit(2, [&](int g) {
+    EXPECT_EQ(g, 2);
+    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }));
+  EXPECT_EQ(s.queued(), 0);
+  // Busy: anything that would wait is refused, inline or queued.
+  EXPECT_FALSE(s.Submit(1, [](int) {}));
+  EXPECT_FALSE(s.TryAcquire(1));
+  release = true;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (s.running() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(s.running(), 0);
+  // Free again: two one-CPU jobs start at once side by side.
+  std::atomic<int> started{0};
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(s.Submit(1, [&](int) {
+      ++started;
+      while (started < 2 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      ran_all = started == 2;
+    }));
+  }
+  while (s.running() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_TRUE(ran_all.load()) << "both ran at the same time";
+}
+
 // ---- Host arrays ------------------------------------------------------------
 
 }  // namespace
