@@ -1,5 +1,7 @@
 #include "attention_service.h"
 
+#include <grpcpp/impl/codegen/proto_utils.h>
+#include <grpcpp/support/proto_buffer_reader.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -194,49 +196,87 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::ServeSimple(
   return reactor;
 }
 
+namespace {
+
+// `in` parsed as a T (without flattening it first), or INVALID_ARGUMENT
+// naming the message type.
+template <typename T>
+Status ParseRequest(const grpc::ByteBuffer& in, T* msg) {
+  grpc::ByteBuffer bytes(in);  // shares the slices
+  grpc::ProtoBufferReader reader(&bytes);
+  if (msg->ParseFromZeroCopyStream(&reader)) return Status::Ok();
+  return Status::InvalidArgument("request: " + std::to_string(in.Length()) +
+                                 " bytes that are not a valid " + msg->GetTypeName() + " message");
+}
+
+template <typename T>
+Status SerializeInto(const T& msg, grpc::ByteBuffer* out) {
+  bool own_buffer = false;
+  const grpc::Status st = grpc::GenericSerialize<grpc::ProtoBufferWriter, T>(msg, out, &own_buffer);
+  return st.ok() ? Status::Ok() : Status::Internal("response: " + st.error_message());
+}
+
+}  // namespace
+
 template <typename Request, typename Prepare>
 grpc::ServerUnaryReactor* AttentionServiceImpl::Handle(Rpc rpc, grpc::CallbackServerContext* ctx,
-                                                       const Request* req,
-                                                       attention::v1::AttentionResponse* resp,
-                                                       Prepare prepare) {
-  return Serve(rpc, ctx,
-               options_.metrics != nullptr ? static_cast<int64_t>(req->ByteSizeLong()) : 0, resp,
-               [&](PreparedCall* call) {
-                 ATTN_RETURN_IF_ERROR(prepare(*req, *options_.models, options_.limits, call));
-                 call->output = IntoResponse(*call, resp);
-                 const RequestLimits* limits = &options_.limits;
-                 call->respond = [call, limits, resp](const AttentionResult& r) {
-                   return EncodeResponse(r, *call, *limits, resp);
-                 };
-                 return Status::Ok();
-               });
+                                                       const grpc::ByteBuffer* req,
+                                                       grpc::ByteBuffer* resp, Prepare prepare) {
+  // The request (which the call's views point into) and the typed answer
+  // live as long as the call.
+  struct Messages {
+    Request request;
+    attention::v1::AttentionResponse response;
+  };
+  auto messages = std::make_shared<Messages>();
+  const Status parsed = ParseRequest(*req, &messages->request);
+  const RequestLimits* limits = &options_.limits;
+  const ModelRegistry* models = options_.models;
+  return Serve(
+      rpc, ctx, static_cast<int64_t>(req->Length()), &messages->response, [&](PreparedCall* call) {
+        ATTN_RETURN_IF_ERROR(parsed);  // after the token and admission
+        call->keep_alive = messages;
+        ATTN_RETURN_IF_ERROR(prepare(messages->request, *models, *limits, call));
+        call->output = IntoResponse(*call, &messages->response);
+        call->respond = [call, limits, m = messages.get(), resp](const AttentionResult& r) {
+          ATTN_RETURN_IF_ERROR(EncodeResponse(r, *call, *limits, &m->response));
+          return SerializeInto(m->response, resp);
+        };
+        return Status::Ok();
+      });
 }
 
-grpc::ServerUnaryReactor* AttentionServiceImpl::Attention(
-    grpc::CallbackServerContext* ctx, const attention::v1::AttentionRequest* req,
-    attention::v1::AttentionResponse* resp) {
-  return Handle(Rpc::kAttention, ctx, req, resp, PrepareAttention);
+grpc::ServerUnaryReactor* AttentionServiceImpl::Attention(grpc::CallbackServerContext* ctx,
+                                                          const grpc::ByteBuffer* req,
+                                                          grpc::ByteBuffer* resp) {
+  return Handle<attention::v1::AttentionRequest>(Rpc::kAttention, ctx, req, resp, PrepareAttention);
 }
 
-grpc::ServerUnaryReactor* AttentionServiceImpl::CrossAttention(
-    grpc::CallbackServerContext* ctx, const attention::v1::CrossAttentionRequest* req,
-    attention::v1::AttentionResponse* resp) {
-  return Handle(Rpc::kCrossAttention, ctx, req, resp, PrepareCrossAttention);
+grpc::ServerUnaryReactor* AttentionServiceImpl::CrossAttention(grpc::CallbackServerContext* ctx,
+                                                               const grpc::ByteBuffer* req,
+                                                               grpc::ByteBuffer* resp) {
+  return Handle<attention::v1::CrossAttentionRequest>(Rpc::kCrossAttention, ctx, req, resp,
+                                                      PrepareCrossAttention);
 }
 
-grpc::ServerUnaryReactor* AttentionServiceImpl::MultiHeadAttention(
-    grpc::CallbackServerContext* ctx, const attention::v1::MultiHeadAttentionRequest* req,
-    attention::v1::AttentionResponse* resp) {
-  return Handle(Rpc::kMultiHeadAttention, ctx, req, resp, PrepareMultiHeadAttention);
+grpc::ServerUnaryReactor* AttentionServiceImpl::MultiHeadAttention(grpc::CallbackServerContext* ctx,
+                                                                   const grpc::ByteBuffer* req,
+                                                                   grpc::ByteBuffer* resp) {
+  return Handle<attention::v1::MultiHeadAttentionRequest>(Rpc::kMultiHeadAttention, ctx, req, resp,
+                                                          PrepareMultiHeadAttention);
 }
 
-grpc::ServerUnaryReactor* AttentionServiceImpl::ListModels(
-    grpc::CallbackServerContext* ctx, const attention::v1::ListModelsRequest* /*req*/,
-    attention::v1::ListModelsResponse* resp) {
-  return ServeSimple(Rpc::kListModels, ctx, resp, [this, resp] {
+grpc::ServerUnaryReactor* AttentionServiceImpl::ListModels(grpc::CallbackServerContext* ctx,
+                                                           const grpc::ByteBuffer* req,
+                                                           grpc::ByteBuffer* resp) {
+  attention::v1::ListModelsRequest request;
+  attention::v1::ListModelsResponse answer;
+  const Status parsed = ParseRequest(*req, &request);
+  return ServeSimple(Rpc::kListModels, ctx, &answer, [&] {
+    ATTN_RETURN_IF_ERROR(parsed);
     for (const AttentionModel* m : options_.models->All()) {
       const ModelInfo& info = m->info();
-      auto* out = resp->add_models();
+      auto* out = answer.add_models();
       out->set_name(info.name);
       out->set_kind(ModelKindName(info.kind));
       out->set_embed_dim(info.embed_dim);
@@ -244,7 +284,7 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::ListModels(
       out->set_kdim(info.kdim);
       out->set_vdim(info.vdim);
     }
-    return Status::Ok();
+    return SerializeInto(answer, resp);
   });
 }
 

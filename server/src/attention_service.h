@@ -65,22 +65,32 @@ class CallTransport {
   std::shared_ptr<PreparedCall> call_;
 };
 
-class AttentionServiceImpl final : public attention::v1::AttentionService::CallbackService {
+// attention.v1's four methods as raw (ByteBuffer) callbacks: the service
+// parses each request itself, so bytes that are not a valid message get
+// INVALID_ARGUMENT naming the message type (gRPC's own typed layer answers
+// UNIMPLEMENTED with no message). The wire format is unchanged: generated
+// typed clients call it as before.
+using RawAttentionService = attention::v1::AttentionService::WithRawCallbackMethod_Attention<
+    attention::v1::AttentionService::WithRawCallbackMethod_CrossAttention<
+        attention::v1::AttentionService::WithRawCallbackMethod_MultiHeadAttention<
+            attention::v1::AttentionService::WithRawCallbackMethod_ListModels<
+                attention::v1::AttentionService::Service>>>>;
+
+class AttentionServiceImpl final : public RawAttentionService {
  public:
   explicit AttentionServiceImpl(const ServiceOptions& options);
 
-  grpc::ServerUnaryReactor* Attention(grpc::CallbackServerContext* ctx,
-                                      const attention::v1::AttentionRequest* req,
-                                      attention::v1::AttentionResponse* resp) override;
+  grpc::ServerUnaryReactor* Attention(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                      grpc::ByteBuffer* resp) override;
   grpc::ServerUnaryReactor* CrossAttention(grpc::CallbackServerContext* ctx,
-                                           const attention::v1::CrossAttentionRequest* req,
-                                           attention::v1::AttentionResponse* resp) override;
+                                           const grpc::ByteBuffer* req,
+                                           grpc::ByteBuffer* resp) override;
   grpc::ServerUnaryReactor* MultiHeadAttention(grpc::CallbackServerContext* ctx,
-                                               const attention::v1::MultiHeadAttentionRequest* req,
-                                               attention::v1::AttentionResponse* resp) override;
+                                               const grpc::ByteBuffer* req,
+                                               grpc::ByteBuffer* resp) override;
   grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* ctx,
-                                       const attention::v1::ListModelsRequest* req,
-                                       attention::v1::ListModelsResponse* resp) override;
+                                       const grpc::ByteBuffer* req,
+                                       grpc::ByteBuffer* resp) override;
 
   // Requests below this many FLOPs run on one thread, the rest on all CPUs.
   static constexpr double kParallelFlops = 16e6;
@@ -128,8 +138,9 @@ class AttentionServiceImpl final : public attention::v1::AttentionService::Callb
 
  private:
   template <typename Request, typename Prepare>
-  grpc::ServerUnaryReactor* Handle(Rpc rpc, grpc::CallbackServerContext* ctx, const Request* req,
-                                   attention::v1::AttentionResponse* resp, Prepare prepare);
+  grpc::ServerUnaryReactor* Handle(Rpc rpc, grpc::CallbackServerContext* ctx,
+                                   const grpc::ByteBuffer* req, grpc::ByteBuffer* resp,
+                                   Prepare prepare);
 
   const ServiceOptions options_;
   std::atomic<int64_t> skipped_{0};

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -61,6 +62,9 @@ struct PreparedCall {
   // core allocates it), and how a finished result becomes the response.
   OutputAllocator output;
   std::function<Status(const AttentionResult&)> respond;
+  // What the views point into when the front end owns it (the parsed
+  // request of a raw gRPC method), held for the call's life.
+  std::shared_ptr<void> keep_alive;
   // Storage behind the views (deque: stable addresses).
   std::deque<wire::DecodedTensor> tensors;
   ProjectionWeights projections;

@@ -1,11 +1,13 @@
 // Several hundred malformed requests against a live server: each a valid
 // request of a random RPC and shape with one mutation whose answer is known.
 // Every one must get exactly that code, and the server must stay healthy.
+#include <grpcpp/generic/generic_stub.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 
 #include <cmath>
 #include <functional>
+#include <future>
 #include <random>
 #include <string>
 
@@ -310,6 +312,55 @@ TEST(BadInputBattery, EveryMalformedOipRequestAndHttpBodyGetsItsCodeAndTheServer
   auto live = http.Get("/v2/health/live");
   ASSERT_TRUE(live);
   EXPECT_EQ(live->status, 200);
+}
+
+// Bytes that are not a valid message at all (a client with a broken
+// serializer): INVALID_ARGUMENT naming the message type, on every method.
+// (gRPC's typed callback layer answered UNIMPLEMENTED, with no message.)
+TEST(BadInputBattery, UndecodableBytesGetInvalidArgumentNamingTheMessageType) {
+  auto s = attn_test::StartTestServer();
+  ASSERT_NE(s, nullptr);
+  grpc::GenericStub stub(client::Connect(attn_test::Target(*s)));
+  const std::vector<std::string> garbage = {
+      std::string("\xff", 1),                      // field 31 with wire type 7 (invalid)
+      std::string("\x08", 1),                      // a varint field cut short
+      std::string("\x0a\x05\x0a", 3),              // a length past the end
+      std::string("\x0a\xff\xff\xff\xff\x0f", 6),  // a 4 GiB length
+      std::string("\x00\x01", 2),                  // field number 0
+      std::string("\x0e\x01", 2),                  // wire type 6
+      std::string("\x0f", 1),                      // wire type 7
+      std::string("\x0b", 1),                      // a group start never ended
+      std::string("\x0c", 1),                      // a group end never started
+      std::string("\x80\x80\x80\x80\x80\x80\x80\x80\x80\x80\x01", 11),  // an 11-byte varint
+  };
+  const std::vector<std::pair<std::string, std::string>> methods = {
+      {"Attention", "attention.v1.AttentionRequest"},
+      {"CrossAttention", "attention.v1.CrossAttentionRequest"},
+      {"MultiHeadAttention", "attention.v1.MultiHeadAttentionRequest"},
+      {"ListModels", "attention.v1.ListModelsRequest"}};
+  int checked = 0;
+  for (const auto& [method, type] : methods) {
+    for (const std::string& bytes : garbage) {
+      SCOPED_TRACE(method + " " + std::to_string(checked));
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+      grpc::Slice slice(bytes);
+      grpc::ByteBuffer request(&slice, 1), response;
+      std::promise<grpc::Status> done;
+      stub.UnaryCall(&ctx, "/attention.v1.AttentionService/" + method, grpc::StubOptions(),
+                     &request, &response, [&](grpc::Status st) { done.set_value(st); });
+      const grpc::Status st = done.get_future().get();
+      EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT) << st.error_message();
+      EXPECT_EQ(st.error_message(), "request: " + std::to_string(bytes.size()) +
+                                        " bytes that are not a valid " + type + " message");
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 40);
+  client::AttentionClient c(client::Connect(attn_test::Target(*s)));
+  std::string health;
+  ASSERT_TRUE(c.Health("", &health).ok());
+  EXPECT_EQ(health, "SERVING");
 }
 
 }  // namespace
