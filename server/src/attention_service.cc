@@ -1,13 +1,12 @@
 #include "attention_service.h"
 
-#include <grpcpp/impl/codegen/proto_utils.h>
-#include <grpcpp/support/proto_buffer_reader.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <exception>
 #include <memory>
 
+#include "raw_messages.h"
 #include "request_adapter.h"
 #include "server_log.h"
 #include "wire/status_mapping.h"
@@ -195,28 +194,6 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::ServeSimple(
   reactor->Finish(wire::ToGrpcStatus(st));
   return reactor;
 }
-
-namespace {
-
-// `in` parsed as a T (without flattening it first), or INVALID_ARGUMENT
-// naming the message type.
-template <typename T>
-Status ParseRequest(const grpc::ByteBuffer& in, T* msg) {
-  grpc::ByteBuffer bytes(in);  // shares the slices
-  grpc::ProtoBufferReader reader(&bytes);
-  if (msg->ParseFromZeroCopyStream(&reader)) return Status::Ok();
-  return Status::InvalidArgument("request: " + std::to_string(in.Length()) +
-                                 " bytes that are not a valid " + msg->GetTypeName() + " message");
-}
-
-template <typename T>
-Status SerializeInto(const T& msg, grpc::ByteBuffer* out) {
-  bool own_buffer = false;
-  const grpc::Status st = grpc::GenericSerialize<grpc::ProtoBufferWriter, T>(msg, out, &own_buffer);
-  return st.ok() ? Status::Ok() : Status::Internal("response: " + st.error_message());
-}
-
-}  // namespace
 
 template <typename Request, typename Prepare>
 grpc::ServerUnaryReactor* AttentionServiceImpl::Handle(Rpc rpc, grpc::CallbackServerContext* ctx,

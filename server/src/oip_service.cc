@@ -1,6 +1,10 @@
 #include "oip_service.h"
 
+#include <memory>
+
 #include "oip_adapter.h"
+#include "raw_messages.h"
+#include "request_adapter.h"
 
 namespace attn::server {
 
@@ -59,13 +63,31 @@ grpc::ServerUnaryReactor* OipServiceImpl::ModelMetadata(grpc::CallbackServerCont
 }
 
 grpc::ServerUnaryReactor* OipServiceImpl::ModelInfer(grpc::CallbackServerContext* ctx,
-                                                     const inference::ModelInferRequest* req,
-                                                     inference::ModelInferResponse* resp) {
+                                                     const grpc::ByteBuffer* req,
+                                                     grpc::ByteBuffer* resp) {
+  // The request (which the call's views point into) and the typed answer
+  // live as long as the call.
+  struct Messages {
+    inference::ModelInferRequest request;
+    inference::ModelInferResponse response;
+  };
+  auto messages = std::make_shared<Messages>();
+  const Status parsed = ParseRequest(*req, &messages->request);
   const ServiceOptions& o = calls_->options();
-  const int64_t bytes_in = o.metrics != nullptr ? static_cast<int64_t>(req->ByteSizeLong()) : 0;
-  return calls_->Serve(Rpc::kModelInfer, ctx, bytes_in, resp, [&o, req, resp](PreparedCall* call) {
-    return oip::PrepareInfer(*req, *o.models, o.limits, call, resp);
-  });
+  return calls_->Serve(Rpc::kModelInfer, ctx, static_cast<int64_t>(req->Length()),
+                       &messages->response, [&](PreparedCall* call) {
+                         ATTN_RETURN_IF_ERROR(parsed);  // after the token and admission
+                         call->keep_alive = messages;
+                         Messages* m = messages.get();
+                         ATTN_RETURN_IF_ERROR(oip::PrepareInfer(m->request, *o.models, o.limits,
+                                                                call, &m->response));
+                         auto respond = std::move(call->respond);
+                         call->respond = [respond, m, resp](const AttentionResult& r) {
+                           ATTN_RETURN_IF_ERROR(respond(r));
+                           return SerializeInto(m->response, resp);
+                         };
+                         return Status::Ok();
+                       });
 }
 
 }  // namespace attn::server

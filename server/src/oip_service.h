@@ -11,7 +11,17 @@
 
 namespace attn::server {
 
-class OipServiceImpl final : public inference::GRPCInferenceService::CallbackService {
+// ModelInfer is a raw (ByteBuffer) method that parses its request itself,
+// as attention.v1's are (raw_messages.h); the rest are typed.
+using OipService = inference::GRPCInferenceService::WithCallbackMethod_ServerLive<
+    inference::GRPCInferenceService::WithCallbackMethod_ServerReady<
+        inference::GRPCInferenceService::WithCallbackMethod_ModelReady<
+            inference::GRPCInferenceService::WithCallbackMethod_ServerMetadata<
+                inference::GRPCInferenceService::WithCallbackMethod_ModelMetadata<
+                    inference::GRPCInferenceService::WithRawCallbackMethod_ModelInfer<
+                        inference::GRPCInferenceService::Service>>>>>>;
+
+class OipServiceImpl final : public OipService {
  public:
   // `calls` and `ready` must outlive the service. `ready`: every model is
   // loaded and warmed up.
@@ -33,8 +43,8 @@ class OipServiceImpl final : public inference::GRPCInferenceService::CallbackSer
                                           const inference::ModelMetadataRequest* req,
                                           inference::ModelMetadataResponse* resp) override;
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx,
-                                       const inference::ModelInferRequest* req,
-                                       inference::ModelInferResponse* resp) override;
+                                       const grpc::ByteBuffer* req,
+                                       grpc::ByteBuffer* resp) override;
 
  private:
   AttentionServiceImpl* const calls_;

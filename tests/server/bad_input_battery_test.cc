@@ -315,7 +315,8 @@ TEST(BadInputBattery, EveryMalformedOipRequestAndHttpBodyGetsItsCodeAndTheServer
 }
 
 // Bytes that are not a valid message at all (a client with a broken
-// serializer): INVALID_ARGUMENT naming the message type, on every method.
+// serializer): INVALID_ARGUMENT naming the message type, on every attention
+// method of both protocols.
 // (gRPC's typed callback layer answered UNIMPLEMENTED, with no message.)
 TEST(BadInputBattery, UndecodableBytesGetInvalidArgumentNamingTheMessageType) {
   auto s = attn_test::StartTestServer();
@@ -334,10 +335,12 @@ TEST(BadInputBattery, UndecodableBytesGetInvalidArgumentNamingTheMessageType) {
       std::string("\x80\x80\x80\x80\x80\x80\x80\x80\x80\x80\x01", 11),  // an 11-byte varint
   };
   const std::vector<std::pair<std::string, std::string>> methods = {
-      {"Attention", "attention.v1.AttentionRequest"},
-      {"CrossAttention", "attention.v1.CrossAttentionRequest"},
-      {"MultiHeadAttention", "attention.v1.MultiHeadAttentionRequest"},
-      {"ListModels", "attention.v1.ListModelsRequest"}};
+      {"/attention.v1.AttentionService/Attention", "attention.v1.AttentionRequest"},
+      {"/attention.v1.AttentionService/CrossAttention", "attention.v1.CrossAttentionRequest"},
+      {"/attention.v1.AttentionService/MultiHeadAttention",
+       "attention.v1.MultiHeadAttentionRequest"},
+      {"/attention.v1.AttentionService/ListModels", "attention.v1.ListModelsRequest"},
+      {"/inference.GRPCInferenceService/ModelInfer", "inference.ModelInferRequest"}};
   int checked = 0;
   for (const auto& [method, type] : methods) {
     for (const std::string& bytes : garbage) {
@@ -347,8 +350,8 @@ TEST(BadInputBattery, UndecodableBytesGetInvalidArgumentNamingTheMessageType) {
       grpc::Slice slice(bytes);
       grpc::ByteBuffer request(&slice, 1), response;
       std::promise<grpc::Status> done;
-      stub.UnaryCall(&ctx, "/attention.v1.AttentionService/" + method, grpc::StubOptions(),
-                     &request, &response, [&](grpc::Status st) { done.set_value(st); });
+      stub.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response,
+                     [&](grpc::Status st) { done.set_value(st); });
       const grpc::Status st = done.get_future().get();
       EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT) << st.error_message();
       EXPECT_EQ(st.error_message(), "request: " + std::to_string(bytes.size()) +
@@ -356,7 +359,7 @@ TEST(BadInputBattery, UndecodableBytesGetInvalidArgumentNamingTheMessageType) {
       ++checked;
     }
   }
-  EXPECT_EQ(checked, 40);
+  EXPECT_EQ(checked, 50);
   client::AttentionClient c(client::Connect(attn_test::Target(*s)));
   std::string health;
   ASSERT_TRUE(c.Health("", &health).ok());
