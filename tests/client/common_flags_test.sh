@@ -25,7 +25,8 @@ for cmd in health models attention cross mha bench; do
   echo "ok: $cmd, common flags before and after"
 done
 # The timeout reaches the call: 1 ms cannot fit a 4096-token MHA call.
-if "$client" mha --timeout 1ms --model demo-mha --random 1,4096 >/dev/null 2>"$log.err"; then
+if "$client" mha --target "127.0.0.1:$port" --timeout 1ms --model demo-mha --random 1,4096 \
+  >/dev/null 2>"$log.err"; then
   echo "FAIL: a 1 ms deadline did not expire"; exit 1
 fi
 grep -q DEADLINE_EXCEEDED "$log.err" || { cat "$log.err"; echo "FAIL: no DEADLINE_EXCEEDED"; exit 1; }
