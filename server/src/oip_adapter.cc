@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <map>
-#include <memory>
 
 namespace attn::server::oip {
 namespace {
@@ -260,9 +259,10 @@ Status PrepareInfer(const ModelInferRequest& req, const ModelRegistry& models,
         "raw_input_contents: " + std::to_string(req.raw_input_contents_size()) + " entries for " +
         std::to_string(req.inputs_size()) + " inputs; send one per input, in order");
   }
-  // Names for messages; a deque would do, but the count is known.
-  auto names = std::make_shared<std::vector<std::string>>();
-  names->reserve(static_cast<size_t>(req.inputs_size()));
+  // The raw entries' names, for the messages PrepareCall writes; reserved,
+  // so that the tensors' pointers into it stay valid.
+  std::vector<std::string> names;
+  names.reserve(static_cast<size_t>(req.inputs_size()));
   std::optional<wire::WireTensor>* slots[] = {&c.query, &c.key, &c.value, &c.key_padding_mask,
                                               &c.attn_bias};
   for (int i = 0; i < req.inputs_size(); ++i) {
@@ -280,7 +280,7 @@ Status PrepareInfer(const ModelInferRequest& req, const ModelRegistry& models,
       return Status::InvalidArgument("inputs[" + std::to_string(i) + "].name: '" + name +
                                      "' given twice");
     }
-    auto t = InputTensor(req, i, names.get());
+    auto t = InputTensor(req, i, &names);
     if (!t.ok()) return t.status();
     *slot = std::move(*t);
   }
@@ -313,7 +313,7 @@ Status PrepareInfer(const ModelInferRequest& req, const ModelRegistry& models,
     };
   }
   const RequestLimits* l = &limits;
-  call->respond = [names, plan, in_place, resp, l](const AttentionResult& r) {
+  call->respond = [plan, in_place, resp, l](const AttentionResult& r) {
     double bytes = 0;
     for (size_t i = 0; i < plan.is_weights.size(); ++i) {
       const Shape& s = plan.is_weights[i] ? r.weights->shape : r.output.shape;
