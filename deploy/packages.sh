@@ -8,7 +8,7 @@ BUILD_PACKAGES=(g++ make cmake libdnnl-dev ocl-icd-opencl-dev
 # tests/run.sh's fuzzing stage: clang with libFuzzer and the sanitizer runtimes.
 FUZZ_PACKAGES=(clang-14 libclang-rt-14-dev)
 TEST_PACKAGES=(libgtest-dev libbenchmark-dev python3-grpcio python3-grpc-tools python3-numpy yamllint openssl
-  curl)
+  curl python3-h2)
 
 # ensure_packages PKG...: apt-get installs the packages that are not
 # installed yet; does nothing (not even apt-get update) when all are present.

@@ -58,6 +58,26 @@ StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const ServerConfi
   return grpc::SslServerCredentials(ssl);
 }
 
+// The listening side's limits: port sharing, streams per connection, the
+// memory quota, message sizes.
+void ConfigureTransport(const ServerConfig& config, grpc::ServerBuilder* builder) {
+  // gRPC sets SO_REUSEPORT by default: a second server on a busy port would
+  // silently share it. A port in use must be an error instead.
+  builder->AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Streams one connection may have open at once (the HTTP/2 setting; gRPC's
+  // own default is unlimited). gRPC clients queue calls past it; a client
+  // that opens more anyway loses its connection.
+  builder->AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, config.max_streams);
+  // gRPC charges its read buffers, and so the requests, to this quota; under
+  // pressure it shrinks its windows and closes idle connections. (It does
+  // not count answers: HeldMemory does.)
+  grpc::ResourceQuota quota("attention-server");
+  quota.Resize(static_cast<size_t>(config.memory_quota_bytes));
+  builder->SetResourceQuota(quota);
+  builder->SetMaxReceiveMessageSize(static_cast<int>(config.limits.max_message_bytes));
+  builder->SetMaxSendMessageSize(static_cast<int>(config.limits.max_message_bytes));
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerConfig& config) {
@@ -87,7 +107,9 @@ StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerCo
     for (const AttentionModel* m : s->models_->All()) infos.push_back(m->info());
     s->metrics_ = std::make_unique<ServerMetrics>(std::move(infos));
   }
+  s->held_ = std::make_unique<HeldMemory>(config.memory_quota_bytes);
   ServiceOptions options;
+  options.held = s->held_.get();
   options.models = s->models_.get();
   options.scheduler = s->scheduler_.get();
   options.limits = config.limits;
@@ -103,14 +125,10 @@ StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerCo
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   const std::string address = config.host + ":" + std::to_string(config.port);
-  // gRPC sets SO_REUSEPORT by default: a second server on a busy port would
-  // silently share it. A port in use must be an error instead.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  ConfigureTransport(config, &builder);
   builder.AddListeningPort(address, *credentials, &s->port_);
   builder.RegisterService(s->service_.get());
   builder.RegisterService(s->oip_service_.get());
-  builder.SetMaxReceiveMessageSize(static_cast<int>(config.limits.max_message_bytes));
-  builder.SetMaxSendMessageSize(static_cast<int>(config.limits.max_message_bytes));
   s->server_ = builder.BuildAndStart();
   if (!s->server_ || s->port_ == 0) {
     return Status::FailedPrecondition("cannot listen on " + address +
@@ -220,6 +238,9 @@ std::string AttentionServer::RenderMetrics() const {
   g.max_inflight = config_.max_inflight;
   g.max_queue = config_.max_queue;
   g.calls_skipped = service_->calls_skipped();
+  g.held_bytes = held_->held();
+  g.held_connections = held_->connections();
+  g.memory_quota_bytes = held_->quota();
   return metrics_->Render(g);
 }
 

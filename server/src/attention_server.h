@@ -14,6 +14,7 @@
 #include "attention_service.h"
 #include "attn/status.h"
 #include "compute_scheduler.h"
+#include "held_memory.h"
 #include "metrics_http.h"
 #include "model_registry.h"
 #include "oip_http.h"
@@ -66,7 +67,8 @@ class AttentionServer {
   ServerConfig config_;
   std::unique_ptr<ModelRegistry> models_;
   std::unique_ptr<ComputeScheduler> scheduler_;
-  std::unique_ptr<TokenAuth> auth_;         // null without --auth-token-file
+  std::unique_ptr<TokenAuth> auth_;  // null without --auth-token-file
+  std::unique_ptr<HeldMemory> held_;
   std::unique_ptr<ServerMetrics> metrics_;  // null without --metrics-port
   std::unique_ptr<AttentionServiceImpl> service_;
   std::unique_ptr<OipServiceImpl> oip_service_;

@@ -6,6 +6,7 @@
 #include <exception>
 #include <memory>
 
+#include "held_memory.h"
 #include "raw_messages.h"
 #include "request_adapter.h"
 #include "server_log.h"
@@ -38,15 +39,25 @@ const std::string* AuthorizationOf(grpc::CallbackServerContext* ctx, std::string
 // holds the call's in-flight slot until its answer is handed to gRPC. (Not
 // until OnDone: under load gRPC runs OnDone hundreds of calls late, long
 // after the answer went out, and counting those would refuse calls the
-// server has room for.)
+// server has room for.) With a HeldMemory, the call's bytes count there from
+// arrival until OnDone: the request and its parsed copy, then the request
+// and the serialized answer, which gRPC keeps until its client reads it.
 class CallReactor final : public grpc::ServerUnaryReactor, public CallTransport {
  public:
   CallReactor(AttentionServiceImpl* service, Rpc rpc, grpc::CallbackServerContext* ctx,
               int64_t bytes_in, const google::protobuf::MessageLite* resp)
-      : service_(service), rpc_(rpc), ctx_(ctx), bytes_in_(bytes_in), resp_(resp) {}
+      : service_(service), rpc_(rpc), ctx_(ctx), bytes_in_(bytes_in), resp_(resp) {
+    if (HeldMemory* h = service_->options().held) {
+      peer_ = ctx->peer();
+      Hold(h, 2 * bytes_in_);
+    }
+  }
 
   void OnCancel() override { call()->cancelled = true; }
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    if (HeldMemory* h = service_->options().held) Hold(h, -held_);
+    delete this;
+  }
   // Both reactions above are trivial and never block, so gRPC may run them
   // inline on the thread that completed the call. By default it hands every
   // OnDone and OnCancel to its executor thread: a futex wake-up and a
@@ -56,6 +67,8 @@ class CallReactor final : public grpc::ServerUnaryReactor, public CallTransport 
   bool InternalInlineable() override { return true; }
 
   std::chrono::system_clock::time_point deadline() const override { return ctx_->deadline(); }
+  const std::string& peer() const { return peer_; }
+  int64_t held() const { return held_; }
 
   void Finish(const Status& st, Clock::time_point began) override {
     if (began != Clock::time_point{}) {
@@ -63,21 +76,34 @@ class CallReactor final : public grpc::ServerUnaryReactor, public CallTransport 
       ctx_->AddTrailingMetadata(wire::kTimingTrailer,
                                 wire::TimingTrailerValue(began - start(), Clock::now() - began));
     }
-    const int64_t bytes_out = st.ok() && service_->options().metrics != nullptr
+    HeldMemory* held = service_->options().held;
+    const int64_t bytes_out = st.ok() && (service_->options().metrics != nullptr || held != nullptr)
                                   ? static_cast<int64_t>(resp_->ByteSizeLong())
                                   : 0;
     grpc::CallbackServerContext* ctx = ctx_;
     service_->Completed(rpc_, call().get(), st, start(), began, bytes_in_, bytes_out,
                         [ctx] { return ctx->peer(); });
+    // The parsed request and the typed answer are done with (the answer
+    // went into gRPC's buffer): free them now, not when gRPC is done.
+    call()->keep_alive.reset();
+    if (held != nullptr) Hold(held, bytes_out - bytes_in_);
+    // gRPC may run OnDone, and delete this, inside Finish.
     grpc::ServerUnaryReactor::Finish(wire::ToGrpcStatus(st));
   }
 
  private:
+  void Hold(HeldMemory* h, int64_t bytes) {
+    h->Add(peer_, bytes);
+    held_ += bytes;
+  }
+
   AttentionServiceImpl* const service_;
   const Rpc rpc_;
   grpc::CallbackServerContext* const ctx_;
   const int64_t bytes_in_;
   const google::protobuf::MessageLite* const resp_;
+  std::string peer_;  // with a HeldMemory only
+  int64_t held_ = 0;
 };
 
 AttentionServiceImpl::AttentionServiceImpl(const ServiceOptions& options) : options_(options) {}
@@ -173,9 +199,20 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Serve(
     Rpc rpc, grpc::CallbackServerContext* ctx, int64_t bytes_in,
     const google::protobuf::MessageLite* resp,
     const std::function<Status(PreparedCall*)>& prepare) {
-  auto* reactor = new CallReactor(this, rpc, ctx, options_.metrics != nullptr ? bytes_in : 0, resp);
+  auto* reactor = new CallReactor(this, rpc, ctx, bytes_in, resp);
   std::string storage;
-  Dispatch(reactor, AuthorizationOf(ctx, &storage), prepare);
+  if (options_.held == nullptr) {
+    Dispatch(reactor, AuthorizationOf(ctx, &storage), prepare);
+    return reactor;
+  }
+  Dispatch(reactor, AuthorizationOf(ctx, &storage), [&](PreparedCall* call) {
+    Status st = options_.held->Admit(reactor->peer(), reactor->held());
+    if (!st.ok()) {
+      reactor->set_admission_refused();
+      return st;
+    }
+    return prepare(call);
+  });
   return reactor;
 }
 

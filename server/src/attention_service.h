@@ -24,6 +24,7 @@
 
 namespace attn::server {
 
+class HeldMemory;
 struct PreparedCall;
 using Clock = std::chrono::steady_clock;
 
@@ -39,6 +40,9 @@ struct ServiceOptions {
   // valid bearer token. With `metrics`, every call is counted.
   const TokenAuth* auth = nullptr;
   ServerMetrics* metrics = nullptr;
+  // Optional; must outlive the service. With it, gRPC calls count the bytes
+  // they hold (requests, unsent answers) and are refused over its quota.
+  HeldMemory* held = nullptr;
 };
 
 // How one call's answer goes back (a gRPC reactor, an HTTP handler).

@@ -116,6 +116,16 @@ const std::map<std::string, Flag>& Flags() {
       {"--max-queue",
        {"ATTN_MAX_QUEUE", "calls waiting for a CPU before RESOURCE_EXHAUSTED (default 128)",
         Int(0, 1 << 20, [](C* c, long long x) { c->max_queue = static_cast<int>(x); })}},
+      {"--max-streams",
+       {"ATTN_MAX_STREAMS",
+        "concurrent calls (HTTP/2 streams) one connection may open; more are refused "
+        "(default 100)",
+        Int(1, 1 << 20, [](C* c, long long x) { c->max_streams = static_cast<int>(x); })}},
+      {"--memory-quota-mb",
+       {"ATTN_MEMORY_QUOTA_MB",
+        "gRPC's memory quota, and the requests and unread answers held at once, MiB; over it, "
+        "calls from the connections holding the most get RESOURCE_EXHAUSTED (default 512)",
+        Int(1, 1LL << 30, [](C* c, long long x) { c->memory_quota_bytes = x << 20; })}},
       {"--shutdown-grace",
        {"ATTN_SHUTDOWN_GRACE", "seconds calls in flight get to finish after SIGTERM (default 10)",
         Number(true, "seconds >= 0", [](C* c, double x) { c->shutdown_grace_s = x; })}},

@@ -21,14 +21,19 @@ struct ServerConfig {
   LogFormat log_format = LogFormat::kText;  // --log-format text|json, ATTN_LOG_FORMAT
   int max_inflight = 256;                   // --max-inflight, ATTN_MAX_INFLIGHT
   int max_queue = 128;                      // --max-queue, ATTN_MAX_QUEUE
-  double shutdown_grace_s = 10;             // --shutdown-grace, ATTN_SHUTDOWN_GRACE (seconds)
-  RequestLimits limits;                     // --max-message-mb and the other --max-* flags
-  int metrics_port = -1;        // --metrics-port, ATTN_METRICS_PORT; -1: off, 0: a free port
-  int http_port = -1;           // --http-port, ATTN_HTTP_PORT (OIP HTTP/JSON); -1: off, 0: free
-  std::string tls_cert;         // --tls-cert, ATTN_TLS_CERT (PEM); with tls_key: serve TLS
-  std::string tls_key;          // --tls-key, ATTN_TLS_KEY (PEM)
-  std::string tls_client_ca;    // --tls-client-ca, ATTN_TLS_CLIENT_CA: require client certs
-  std::string auth_token_file;  // --auth-token-file, ATTN_AUTH_TOKEN_FILE: require a token
+  int max_streams = 100;  // --max-streams, ATTN_MAX_STREAMS: concurrent streams per connection
+  // --memory-quota-mb, ATTN_MEMORY_QUOTA_MB: gRPC's ResourceQuota, and the
+  // bytes of requests and unsent answers the service holds before it refuses
+  // calls from the connections that hold the most.
+  int64_t memory_quota_bytes = int64_t{512} << 20;
+  double shutdown_grace_s = 10;  // --shutdown-grace, ATTN_SHUTDOWN_GRACE (seconds)
+  RequestLimits limits;          // --max-message-mb and the other --max-* flags
+  int metrics_port = -1;         // --metrics-port, ATTN_METRICS_PORT; -1: off, 0: a free port
+  int http_port = -1;            // --http-port, ATTN_HTTP_PORT (OIP HTTP/JSON); -1: off, 0: free
+  std::string tls_cert;          // --tls-cert, ATTN_TLS_CERT (PEM); with tls_key: serve TLS
+  std::string tls_key;           // --tls-key, ATTN_TLS_KEY (PEM)
+  std::string tls_client_ca;     // --tls-client-ca, ATTN_TLS_CLIENT_CA: require client certs
+  std::string auth_token_file;   // --auth-token-file, ATTN_AUTH_TOKEN_FILE: require a token
 };
 
 // Parses argv (without argv[0]) over the environment read through `getenv`.

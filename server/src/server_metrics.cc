@@ -207,6 +207,13 @@ std::string ServerMetrics::Render(const MetricsGauges& g) const {
   gauge("attn_max_queued_requests", "--max-queue.", static_cast<double>(g.max_queue));
   gauge("attn_compute_threads", "Compute threads (--threads).",
         static_cast<double>(g.compute_threads));
+  gauge("attn_held_bytes",
+        "Bytes gRPC calls hold: requests, and answers their clients have not read yet.",
+        static_cast<double>(g.held_bytes));
+  gauge("attn_held_connections", "Connections holding such bytes.",
+        static_cast<double>(g.held_connections));
+  gauge("attn_memory_quota_bytes", "--memory-quota-mb, in bytes.",
+        static_cast<double>(g.memory_quota_bytes));
   out +=
       "# HELP attn_skipped_requests_total Calls not computed because their client cancelled or "
       "their deadline passed while they waited.\n# TYPE attn_skipped_requests_total counter\n"

@@ -44,6 +44,9 @@ struct MetricsGauges {
   int64_t compute_threads = 0;
   int64_t max_inflight = 0, max_queue = 0;
   int64_t calls_skipped = 0;  // dropped unanswered: cancelled or expired while queued
+  // Bytes gRPC calls hold (requests, answers not yet read), the connections
+  // holding them, and --memory-quota-mb.
+  int64_t held_bytes = 0, held_connections = 0, memory_quota_bytes = 0;
 };
 
 class ServerMetrics {
