@@ -17,6 +17,7 @@
 
 #include "attn/json.h"
 #include "compute_scheduler.h"
+#include "held_memory.h"
 #include "server_config.h"
 #include "server_log.h"
 
@@ -85,6 +86,44 @@ TEST(ServerConfig, OperationsFlags) {
   bad(Parse({"--tls-client-ca", "ca.pem"}),
       "--tls-client-ca (mutual TLS) needs --tls-cert and --tls-key");
   bad(Parse({"--auth-token-file="}), "--auth-token-file: expected a file path, got ''");
+}
+
+TEST(ServerConfig, TransportMemoryFlags) {
+  auto c = Parse({});
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->max_streams, 100);
+  EXPECT_EQ(c->memory_quota_bytes, int64_t{512} << 20);
+  c = Parse({"--max-streams", "8"}, {{"ATTN_MEMORY_QUOTA_MB", "3000"}});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->max_streams, 8);
+  EXPECT_EQ(c->memory_quota_bytes, int64_t{3000} << 20) << "no 32-bit overflow";
+  EXPECT_EQ(Parse({"--max-streams", "0"}).status().message(),
+            "--max-streams: expected an integer in [1, 1048576], got '0'");
+  EXPECT_EQ(Parse({"--memory-quota-mb", "lots"}).status().message(),
+            "--memory-quota-mb: expected an integer in [1, 1073741824], got 'lots'");
+}
+
+TEST(HeldMemory, OverTheQuotaOnlyConnectionsHoldingNothingElseAreServed) {
+  server::HeldMemory held(100);
+  held.Add("a", 60);
+  EXPECT_TRUE(held.Admit("a", 60).ok());
+  held.Add("a", 30);  // a's second call: 90 held, within the quota
+  EXPECT_TRUE(held.Admit("a", 30).ok());
+  held.Add("b", 20);  // 110: over, but b holds nothing else
+  EXPECT_TRUE(held.Admit("b", 20).ok());
+  held.Add("a", 10);  // a holds 90 in other calls
+  const Status refused = held.Admit("a", 10);
+  EXPECT_EQ(refused.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.message().find("--memory-quota-mb"), std::string::npos) << refused.message();
+  EXPECT_EQ(held.held(), 120);
+  EXPECT_EQ(held.connections(), 2);
+  held.Add("a", -100);  // a's calls are done: its entry goes
+  EXPECT_EQ(held.connections(), 1);
+  held.Add("b", 10);
+  EXPECT_TRUE(held.Admit("b", 10).ok()) << "back within the quota: 30";
+  held.Add("b", -30);
+  EXPECT_EQ(held.held(), 0);
+  EXPECT_EQ(held.connections(), 0);
 }
 
 TEST(ServerConfig, BadValuesNameTheFlag) {
