@@ -10,8 +10,10 @@
 #   tests/run.sh --no-fuzz       skip the fuzzing
 #   tests/run.sh --no-soak       skip the soak
 #   tests/run.sh --all           also the container image (deploy/container_test.sh,
-#                                podman, minutes); replicas behind nginx with one
-#                                killed (deploy/lb_test.sh) run every time
+#                                podman, minutes) and the Kubernetes manifests run
+#                                with podman kube play (deploy/kube_test.sh);
+#                                replicas behind nginx with one killed
+#                                (deploy/lb_test.sh) run every time
 #
 # Idempotent: packages already installed are not touched, builds are
 # incremental. BUILD_DIR (default build), SAN_BUILD_DIR (build-asan) and
@@ -29,7 +31,7 @@ for arg in "$@"; do
     --no-fuzz) fuzz=0 ;;
     --no-soak) soak=0 ;;
     --all) all=1 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "tests/run.sh: unknown option '$arg' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -95,5 +97,7 @@ bash deploy/lb_test.sh "$build_dir" 6
 if [ "$all" = 1 ]; then
   echo "== container image (deploy/container_test.sh)"
   bash deploy/container_test.sh
+  echo "== the Kubernetes manifests under podman kube play (deploy/kube_test.sh)"
+  bash deploy/kube_test.sh
 fi
 echo "== all tests passed"

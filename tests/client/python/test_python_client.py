@@ -5,11 +5,9 @@ generated stubs and client/python) set; uses /usr/bin/python3 with
 python3-grpcio and python3-numpy. PyTorch is not needed: its results are the
 committed golden files from tests/golden/make_goldens.py.
 """
-import json
 import os
 import re
 import shutil
-import struct
 import subprocess
 import tempfile
 import time
@@ -19,23 +17,10 @@ import grpc
 import numpy as np
 
 from attention_client import AttentionClient
+from goldens import call_case, read_safetensors  # noqa: F401 - test_oip_grpc imports it from here
 
 SERVER = os.environ["ATTN_SERVER_BIN"]
 GOLDEN = os.environ["ATTN_GOLDEN_DIR"]
-
-
-def read_safetensors(path):
-    """(metadata, {name: float32 array}) from a .safetensors file."""
-    with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(n))
-        data = f.read()
-    meta = header.pop("__metadata__", {})
-    arrays = {}
-    for name, e in header.items():
-        begin, end = e["data_offsets"]
-        arrays[name] = np.frombuffer(data[begin:end], "<f4").reshape(e["shape"])
-    return meta, arrays
 
 
 def assert_close(testcase, got, want, floor):
@@ -101,21 +86,7 @@ class PythonClientTest(unittest.TestCase):
             with self.subTest(name):
                 meta, t = read_safetensors(os.path.join(GOLDEN, "cases", name + ".safetensors"))
                 want_w = meta["need_weights"] == "1"
-                kpm = t["key_padding_mask"] != 0 if "key_padding_mask" in t else None
-                common = dict(causal=meta["causal"] == "1", key_padding_mask=kpm,
-                              attn_bias=t.get("attn_bias"), return_weights=want_w)
-                if meta["op"] == "sdpa":
-                    out, w = self.client.attention(t["query"], t.get("key"), t.get("value"),
-                                                   **common)
-                elif name == "seed_self_attention":
-                    out, w = self.client.attention(t["query"], model=name, **common)
-                elif name == "seed_cross_attention":
-                    out, w = self.client.cross_attention(t["query"], t["key"], model=name,
-                                                         **common)
-                else:
-                    out, w = self.client.multi_head_attention(
-                        t["query"], t.get("key"), t.get("value"), model=name,
-                        per_head_weights=meta["average_weights"] == "0", **common)
+                out, w = call_case(self.client, name, meta, t)
                 expected = t["expected_output"]
                 assert_close(self, out, expected, np.abs(expected).max())
                 if want_w:
