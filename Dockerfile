@@ -13,6 +13,7 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       g++ make cmake libdnnl-dev ocl-icd-opencl-dev libgrpc++-dev libprotobuf-dev \
       protobuf-compiler protobuf-compiler-grpc libspdlog-dev libcpp-httplib-dev pkg-config libabsl-dev \
+      libyaml-cpp-dev \
       libtcmalloc-minimal4 \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
@@ -30,6 +31,7 @@ FROM debian:bookworm-slim
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       libdnnl2 libgrpc++1.51 libprotobuf32 libspdlog1.10 libgomp1 libcpp-httplib0.11 libabsl20220623 \
+      libyaml-cpp0.7 \
       libtcmalloc-minimal4 \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/* /usr/share/doc/* /usr/share/man/* \
  && useradd --system --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin attention \

@@ -4,11 +4,11 @@
 # libdnnl-dev's CMake config needs OpenCL (Debian builds oneDNN with it).
 BUILD_PACKAGES=(g++ make cmake libdnnl-dev ocl-icd-opencl-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libspdlog-dev
-  libcpp-httplib-dev pkg-config libtcmalloc-minimal4 libabsl-dev)
+  libcpp-httplib-dev pkg-config libtcmalloc-minimal4 libabsl-dev libyaml-cpp-dev)
 # tests/run.sh's fuzzing stage: clang with libFuzzer and the sanitizer runtimes.
 FUZZ_PACKAGES=(clang-14 libclang-rt-14-dev)
 TEST_PACKAGES=(libgtest-dev libbenchmark-dev python3-grpcio python3-grpc-tools python3-numpy yamllint openssl
-  curl python3-h2)
+  curl python3-h2 chromium)
 
 # ensure_packages PKG...: apt-get installs the packages that are not
 # installed yet; does nothing (not even apt-get update) when all are present.

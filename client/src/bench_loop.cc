@@ -8,13 +8,17 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <set>
 #include <thread>
 
 #include "bench.h"
 #include "bench_workload.h"
+#include "client_cpu.h"
+#include "metrics_scrape.h"
 #include "oip_call.h"
 #include "wire/status_mapping.h"
 #include "wire/timing_trailer.h"
@@ -28,42 +32,49 @@ using Clock = std::chrono::steady_clock;
 // recording its sample and (closed loop) issuing the next call.
 class LevelRun {
  public:
-  LevelRun(const BenchConfig& c, const Workload& w,
+  // `ws[i]` is made from `calls[i]`, picked with probability weights[i].
+  LevelRun(const BenchConfig& c, const std::vector<Workload>& ws,
+           const std::vector<const BenchConfig*>& calls, const std::vector<double>& weights,
            std::vector<std::unique_ptr<grpc::GenericStub>>& stubs,
-           std::vector<std::unique_ptr<grpc::health::v1::Health::Stub>>& health, int concurrency)
-      : c_(c), w_(w), stubs_(stubs), health_(health), concurrency_(concurrency) {}
+           std::vector<std::unique_ptr<grpc::health::v1::Health::Stub>>& health, int concurrency,
+           double rate)
+      : c_(c),
+        ws_(ws),
+        calls_(calls),
+        pick_(weights.begin(), weights.end()),
+        rng_(static_cast<unsigned>(c.seed) + static_cast<unsigned>(concurrency + rate)),
+        stubs_(stubs),
+        health_(health),
+        concurrency_(concurrency),
+        rate_(rate) {}
 
   LevelReport Run(const std::atomic<bool>* interrupt) {
     const auto start = Clock::now();
-    if (c_.rps > 0) {
+    if (rate_ > 0) {
       pacer_ = std::thread([this] { Pace(); });
     } else {
-      for (int i = 0; i < concurrency_; ++i) Issue();
+      for (int i = 0; i < concurrency_; ++i) Issue(Clock::now());
     }
-    // Warm-up, then measure, for a time or a count; stop early on Ctrl-C.
+    // Warm-up, then measure, for a time, a count or until stable; stop
+    // early on Ctrl-C.
     auto interrupted = [&] { return interrupt != nullptr && interrupt->load(); };
     while (!interrupted() && Seconds(start) < c_.warmup_s) Sleep();
+    MetricsPage before;
+    const bool scrape = !c_.metrics_url.empty();
+    StatusOr<MetricsPage> scraped = scrape ? ScrapeMetrics(c_.metrics_url) : MetricsPage();
+    const CpuSnapshot cpu_before = TakeCpuSnapshot();
     {
       std::lock_guard<std::mutex> lock(mu_);
       measure_start_ = Clock::now();
       measuring_ = true;
     }
-    int64_t last_printed = -1;
-    auto last_print = Clock::now();
-    while (!interrupted()) {
-      if (c_.requests > 0 ? measured_issued_.load() >= c_.requests
-                          : Seconds(measure_start_) >= c_.duration_s) {
-        break;
-      }
-      if (c_.progress && Seconds(last_print) >= 0.5) {
-        PrintProgress(&last_printed);
-        last_print = Clock::now();
-      }
-      Sleep();
-    }
+    const auto [from_s, to_s] = Measure(interrupted);
     stopping_ = true;
     if (pacer_.joinable()) pacer_.join();
+    const CpuSnapshot cpu_after = TakeCpuSnapshot();
     std::unique_lock<std::mutex> lock(mu_);
+    dropped_ += static_cast<int64_t>(backlog_.size());  // scheduled, never sent
+    backlog_.clear();
     const double measured = std::chrono::duration<double>(Clock::now() - measure_start_).count();
     if (interrupted()) {  // Ctrl-C: do not wait for slow calls; they are not counted
       cancelled_ = true;
@@ -72,9 +83,20 @@ class LevelRun {
     // Every call has a deadline, so this ends; callbacks must not outlive us.
     drained_.wait(lock, [this] { return in_flight_ == 0; });
     if (c_.progress) std::fprintf(stderr, "\r%80s\r", "");
-    return Summarise(c_.requests > 0
-                         ? std::chrono::duration<double>(last_done_ - measure_start_).count()
-                         : measured);
+    LevelReport r = Summarise(from_s, std::min(to_s, 1e300),
+                              c_.requests > 0 ? LastDoneSeconds()
+                              : to_s < 1e300  ? to_s - from_s
+                                              : measured);
+    r.client = CompareCpu(cpu_before, cpu_after);
+    if (scrape) {
+      StatusOr<MetricsPage> after = ScrapeMetrics(c_.metrics_url);
+      if (scraped.ok() && after.ok()) {
+        r.server = CompareMetrics(*scraped, *after);
+      } else {
+        r.server.error = (scraped.ok() ? after.status() : scraped.status()).message();
+      }
+    }
+    return r;
   }
 
  private:
@@ -82,8 +104,9 @@ class LevelRun {
     grpc::ClientContext ctx;
     grpc::ByteBuffer request, response;  // serialized; parsed only to verify
     grpc::health::v1::HealthCheckResponse health;
-    Clock::time_point start;
+    Clock::time_point scheduled;  // latency counts from here (open loop: the schedule)
     bool measured = false;
+    int entry = 0;
     int64_t index = 0;
   };
 
@@ -92,9 +115,42 @@ class LevelRun {
   }
   static void Sleep() { std::this_thread::sleep_for(std::chrono::milliseconds(5)); }
 
+  // Measures until the duration, the count, Ctrl-C or (--stability) three
+  // agreeing windows; the time span [from, to) of the samples that count
+  // (to = infinity: all).
+  template <typename Interrupted>
+  std::pair<double, double> Measure(const Interrupted& interrupted) {
+    auto last_print = Clock::now();
+    int64_t last_printed = -1;
+    const double stop_at = c_.stability_pct > 0 ? c_.window_s * c_.max_windows : c_.duration_s;
+    size_t windows_done = 0;
+    while (!interrupted()) {
+      const double elapsed = Seconds(measure_start_);
+      if (c_.requests > 0 ? measured_issued_.load() >= c_.requests : elapsed >= stop_at) break;
+      if (c_.stability_pct > 0 && elapsed >= c_.window_s * (windows_done + 1)) {
+        std::lock_guard<std::mutex> lock(mu_);
+        const double from = c_.window_s * windows_done, to = from + c_.window_s;
+        windows_.push_back(attn::client::Summarise(samples_, from, to, -1, c_.window_s));
+        ++windows_done;
+        if (Stable(windows_, c_.stability_pct)) return {to - 3 * c_.window_s, to};
+      }
+      if (c_.progress && Seconds(last_print) >= 0.5) {
+        PrintProgress(&last_printed);
+        last_print = Clock::now();
+      }
+      Sleep();
+    }
+    if (c_.stability_pct > 0 && windows_done > 0) return {0, c_.window_s * windows_done};
+    return {0, 1e301};
+  }
+
+  double LastDoneSeconds() const {
+    return std::chrono::duration<double>(last_done_ - measure_start_).count();
+  }
+
   // Creates the next call under mu_, unless stopping or past --requests.
   // The caller has a slot for it in in_flight_.
-  std::shared_ptr<Call> NextCallLocked() {
+  std::shared_ptr<Call> NextCallLocked(Clock::time_point scheduled) {
     if (stopping_) return nullptr;
     auto call = std::make_shared<Call>();
     call->measured = measuring_;
@@ -102,82 +158,110 @@ class LevelRun {
       if (c_.requests > 0 && measured_issued_ >= c_.requests) return nullptr;
       call->index = measured_issued_++;
     }
+    call->entry = ws_.size() > 1 ? pick_(rng_) : 0;
+    call->scheduled = scheduled;
     live_.insert(call.get());
     return call;
   }
 
-  // Starts a call in a new slot (the first calls, and open loop).
-  void Issue() {
+  // Starts a call in a new slot (the first calls, and open loop). In open
+  // loop a call that finds --concurrency calls in flight waits in the
+  // backlog and goes out late, when a slot frees; past kOpenLoopCap waiting
+  // calls, it is dropped.
+  void Issue(Clock::time_point scheduled) {
     std::shared_ptr<Call> call;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (in_flight_ >= concurrency_) return;  // only reachable in open loop
-      call = NextCallLocked();
+      if (in_flight_ >= concurrency_ || !backlog_.empty()) {  // only in open loop
+        if (backlog_.size() < static_cast<size_t>(kOpenLoopCap)) {
+          backlog_.push_back(scheduled);
+        } else if (measuring_) {
+          ++dropped_;
+        }
+        return;
+      }
+      call = NextCallLocked(scheduled);
       if (!call) return;
       ++in_flight_;
+      CountLagLocked(*call);
     }
     Start(call);
+  }
+
+  void CountLagLocked(const Call& call) {
+    if (!call.measured || rate_ <= 0) return;
+    const double lag_ms =
+        std::chrono::duration<double, std::milli>(Clock::now() - call.scheduled).count();
+    late_ += lag_ms > 1.0;
+    max_lag_ms_ = std::max(max_lag_ms_, lag_ms);
   }
 
   void Start(const std::shared_ptr<Call>& call) {
     call->ctx.set_deadline(std::chrono::system_clock::now() +
                            std::chrono::microseconds(static_cast<int64_t>(c_.timeout_s * 1e6)));
     const size_t conn = next_conn_++ % stubs_.size();
-    call->start = Clock::now();
     auto done = [this, call](grpc::Status st) { Finished(call, st); };
-    if (c_.op == "health") {
+    const Workload& w = ws_[call->entry];
+    if (calls_[call->entry]->op == "health") {
       health_[conn]->async()->Check(&call->ctx, &health_req_, &call->health, done);
     } else {
-      call->request = w_.request;  // shares the slices: no copy
-      stubs_[conn]->UnaryCall(&call->ctx, w_.method, grpc::StubOptions(), &call->request,
+      call->request = w.request;  // shares the slices: no copy
+      stubs_[conn]->UnaryCall(&call->ctx, w.method, grpc::StubOptions(), &call->request,
                               &call->response, done);
     }
+  }
+
+  // Every 16th measured answer of an entry with an expected output.
+  bool Mismatch(const Call& call, bool* checked) const {
+    const Workload& w = ws_[call.entry];
+    *checked = call.measured && w.expected && call.index % 16 == 0;
+    if (!*checked) return false;
+    attention::v1::AttentionResponse resp;
+    if (!Parse(call.response, calls_[call.entry]->oip, &resp)) return true;
+    auto got = FromWire(resp.output(), "output");
+    return !got.ok() || got->shape != w.expected->shape ||
+           !Close(*got, *w.expected, calls_[call.entry]->dtype);
   }
 
   // Records a finished call. In closed loop its slot passes straight to the
   // next call; only when no call follows does in_flight_ drop, and that is
   // the last use of `this` (Run() may return right after).
   void Finished(const std::shared_ptr<Call>& call, const grpc::Status& st) {
-    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - call->start).count();
-    double queue_ms = -1, compute_ms = -1;
-    if (st.ok()) {
-      double queue_us, compute_us;
-      if (wire::ServerTiming(call->ctx.GetServerTrailingMetadata(), &queue_us, &compute_us)) {
-        queue_ms = queue_us / 1e3, compute_ms = compute_us / 1e3;
-      }
+    const auto now = Clock::now();
+    Sample sample;
+    sample.ms = std::chrono::duration<double, std::milli>(now - call->scheduled).count();
+    sample.entry = call->entry;
+    sample.code = static_cast<int>(st.error_code());
+    double queue_us, compute_us;
+    if (st.ok() &&
+        wire::ServerTiming(call->ctx.GetServerTrailingMetadata(), &queue_us, &compute_us)) {
+      sample.queue_ms = static_cast<float>(queue_us / 1e3);
+      sample.compute_ms = static_cast<float>(compute_us / 1e3);
     }
-    bool mismatch = false, checked = false;
-    if (st.ok() && call->measured && w_.expected && call->index % 16 == 0) {
-      checked = true;
-      attention::v1::AttentionResponse resp;
-      mismatch = !Parse(call->response, &resp);
-      if (!mismatch) {
-        auto got = FromWire(resp.output(), "output");
-        mismatch =
-            !got.ok() || got->shape != w_.expected->shape || !Close(*got, *w_.expected, c_.dtype);
-      }
-    }
+    bool checked = false;
+    const bool mismatch = st.ok() && Mismatch(*call, &checked);
     std::shared_ptr<Call> next;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (call->measured && !(cancelled_ && st.error_code() == grpc::StatusCode::CANCELLED)) {
-        ++count_;
-        if (st.ok()) {
-          latencies_.push_back(ms);
-          if (response_bytes_ == 0) response_bytes_ = static_cast<int64_t>(call->response.Length());
-          if (queue_ms >= 0) queue_sum_ += queue_ms, compute_sum_ += compute_ms, ++timed_;
-        } else {
-          ++errors_[wire::GrpcCodeName(st.error_code())];
-          if (first_error_.empty()) {
-            first_error_ = wire::FromGrpcStatus(st).ToString();
-          }
+        sample.done_s = std::chrono::duration<double>(now - measure_start_).count();
+        samples_.push_back(sample);
+        if (st.ok() && response_bytes_ == 0) {
+          response_bytes_ = static_cast<int64_t>(call->response.Length());
         }
+        if (!st.ok() && first_error_.empty()) first_error_ = wire::FromGrpcStatus(st).ToString();
         verified_ += checked;
         mismatches_ += mismatch;
-        last_done_ = Clock::now();
+        last_done_ = now;
       }
       live_.erase(call.get());
-      if (c_.rps <= 0) next = NextCallLocked();  // closed loop: reuse the slot
+      if (rate_ <= 0) {
+        next = NextCallLocked(Clock::now());  // closed loop: reuse the slot
+      } else if (!backlog_.empty() && !stopping_) {
+        next = NextCallLocked(backlog_.front());  // open loop: the oldest waiting call
+        backlog_.pop_front();
+        if (next) CountLagLocked(*next);
+      }
       if (!next) {
         --in_flight_;
         if (in_flight_ == 0) drained_.notify_all();
@@ -188,14 +272,15 @@ class LevelRun {
   }
 
   // The response, native or OIP's (converted).
-  bool Parse(const grpc::ByteBuffer& buffer, attention::v1::AttentionResponse* resp) const {
+  static bool Parse(const grpc::ByteBuffer& buffer, bool oip,
+                    attention::v1::AttentionResponse* resp) {
     std::vector<grpc::Slice> slices;
     if (!buffer.Dump(&slices).ok()) return false;
     std::string bytes;
     for (const auto& slice : slices) {
       bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
     }
-    if (!c_.oip) return resp->ParseFromString(bytes);
+    if (!oip) return resp->ParseFromString(bytes);
     inference::ModelInferResponse infer;
     return infer.ParseFromString(bytes) && FromOipResponse(infer, resp).ok();
   }
@@ -216,75 +301,74 @@ class LevelRun {
     return true;
   }
 
-  // Open loop: calls start on a fixed schedule, whatever the latency.
+  // Open loop: calls start on a schedule, whatever the latency. Each call's
+  // latency counts from its scheduled time, so a client (or server) that
+  // falls behind shows it (the coordinated-omission correction).
   void Pace() {
-    const auto period = std::chrono::duration<double>(1.0 / c_.rps);
+    std::exponential_distribution<double> gap(rate_);
     auto next = Clock::now();
     while (!stopping_) {
-      Issue();
-      next += std::chrono::duration_cast<Clock::duration>(period);
-      std::this_thread::sleep_until(next);
+      if (Clock::now() >= next) {
+        Issue(next);
+        const double seconds = c_.arrival == Arrival::kPoisson ? gap(pace_rng_) : 1.0 / rate_;
+        next += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+        continue;
+      }
+      std::this_thread::sleep_until(std::min(next, Clock::now() + std::chrono::milliseconds(50)));
     }
   }
 
   void PrintProgress(int64_t* last) {
     std::lock_guard<std::mutex> lock(mu_);
     int64_t errors = 0;
-    for (const auto& [code, n] : errors_) errors += n;
+    for (const Sample& x : samples_) errors += x.code != 0;
     const double s =
         std::max(1e-9, std::chrono::duration<double>(Clock::now() - measure_start_).count());
-    std::fprintf(stderr, "\r  concurrency %d: %lld requests, %.1f req/s, %lld errors   ",
-                 concurrency_, static_cast<long long>(count_), static_cast<double>(count_) / s,
+    std::fprintf(stderr, "\r  %s %g: %zu requests, %.1f req/s, %lld errors   ",
+                 rate_ > 0 ? "rate" : "concurrency", rate_ > 0 ? rate_ : concurrency_,
+                 samples_.size(), static_cast<double>(samples_.size()) / s,
                  static_cast<long long>(errors));
-    *last = count_;
+    *last = static_cast<int64_t>(samples_.size());
   }
 
-  LevelReport Summarise(double seconds) {
+  LevelReport Summarise(double from_s, double to_s, double seconds) {
     LevelReport r;
     r.concurrency = concurrency_;
-    r.seconds = std::max(seconds, 1e-9);
-    r.count = count_;
-    r.ok = static_cast<int64_t>(latencies_.size());
-    r.errors = errors_;
+    r.target_rps = rate_;
+    const LatencySummary all = attn::client::Summarise(samples_, from_s, to_s, -1, seconds);
+    r.seconds = all.seconds, r.count = all.count, r.ok = all.ok, r.errors = all.errors;
     r.first_error = first_error_;
-    r.rps = static_cast<double>(r.ok) / r.seconds;
-    r.gflops = r.rps * w_.flops / 1e9;
-    r.verified = verified_;
-    r.response_bytes = response_bytes_;
-    r.mismatches = mismatches_;
-    if (timed_ > 0)
-      r.server_queue_ms = queue_sum_ / timed_, r.server_compute_ms = compute_sum_ / timed_;
-    if (latencies_.empty()) return r;
-    std::sort(latencies_.begin(), latencies_.end());
-    auto pct = [&](double p) {
-      const size_t i = static_cast<size_t>(std::ceil(p / 100.0 * latencies_.size())) - 1;
-      return latencies_[std::min(i, latencies_.size() - 1)];
-    };
-    r.min_ms = latencies_.front();
-    r.max_ms = latencies_.back();
-    double sum = 0;
-    for (double x : latencies_) sum += x;
-    r.mean_ms = sum / latencies_.size();
-    r.p50_ms = pct(50), r.p90_ms = pct(90), r.p95_ms = pct(95), r.p99_ms = pct(99);
-    // Ten log-spaced buckets from min to max.
-    const double lo = std::max(r.min_ms, 1e-3), hi = std::max(r.max_ms, lo * 1.0001);
-    const double ratio = std::pow(hi / lo, 1.0 / 10);
-    size_t j = 0;
-    for (int b = 1; b <= 10; ++b) {
-      const double upper = b == 10 ? hi : lo * std::pow(ratio, b);
-      int64_t n = 0;
-      while (j < latencies_.size() && latencies_[j] <= upper) ++n, ++j;
-      r.histogram.emplace_back(upper, n);
+    r.rps = all.rps;
+    r.min_ms = all.min_ms, r.mean_ms = all.mean_ms, r.p50_ms = all.p50_ms, r.p90_ms = all.p90_ms;
+    r.p95_ms = all.p95_ms, r.p99_ms = all.p99_ms, r.max_ms = all.max_ms;
+    r.histogram = all.histogram;
+    r.server_queue_ms = all.server_queue_ms, r.server_compute_ms = all.server_compute_ms;
+    r.first_tenth_ms = all.first_tenth_ms, r.last_tenth_ms = all.last_tenth_ms;
+    r.verified = verified_, r.mismatches = mismatches_, r.response_bytes = response_bytes_;
+    r.late = late_, r.dropped = dropped_, r.max_lag_ms = max_lag_ms_;
+    r.windows = windows_;
+    r.stable = Stable(windows_, c_.stability_pct);
+    for (size_t i = 0; i < ws_.size(); ++i) {
+      const LatencySummary e =
+          attn::client::Summarise(samples_, from_s, to_s, static_cast<int>(i), seconds);
+      r.gflops += e.rps * ws_[i].flops / 1e9;
+      if (ws_.size() > 1) {
+        r.entries.push_back(
+            {c_.mix[i].name, ws_[i].description, c_.mix[i].weight, e.rps * ws_[i].flops / 1e9, e});
+      }
     }
-    r.histogram.back().second += static_cast<int64_t>(latencies_.size() - j);
     return r;
   }
 
   const BenchConfig& c_;
-  const Workload& w_;
+  const std::vector<Workload>& ws_;
+  const std::vector<const BenchConfig*>& calls_;
+  std::discrete_distribution<int> pick_;  // under mu_
+  std::mt19937 rng_, pace_rng_{12345};
   std::vector<std::unique_ptr<grpc::GenericStub>>& stubs_;
   std::vector<std::unique_ptr<grpc::health::v1::Health::Stub>>& health_;
   const int concurrency_;
+  const double rate_;  // open loop; 0: closed loop
   const grpc::health::v1::HealthCheckRequest health_req_;
   std::thread pacer_;
   std::atomic<bool> stopping_{false};
@@ -297,10 +381,11 @@ class LevelRun {
   int in_flight_ = 0;
   bool measuring_ = false;
   Clock::time_point measure_start_ = Clock::now(), last_done_ = Clock::now();
-  int64_t count_ = 0, verified_ = 0, mismatches_ = 0, timed_ = 0, response_bytes_ = 0;
-  double queue_sum_ = 0, compute_sum_ = 0;
-  std::vector<double> latencies_;
-  std::map<std::string, int64_t> errors_;
+  std::vector<Sample> samples_;
+  std::deque<Clock::time_point> backlog_;  // open loop: scheduled, not sent yet
+  std::vector<LatencySummary> windows_;
+  int64_t verified_ = 0, mismatches_ = 0, response_bytes_ = 0, late_ = 0, dropped_ = 0;
+  double max_lag_ms_ = 0;
   std::string first_error_;
 };
 
@@ -338,19 +423,43 @@ StatusOr<BenchReport> RunBench(const BenchConfig& config, const std::atomic<bool
   if (!st.ok()) {
     return Status::FailedPrecondition("cannot reach " + config.target + ": " + st.error_message());
   }
-  auto workload = BuildWorkload(config, client);
-  if (!workload.ok()) return workload.status();
-  report.workload = workload->description;
-  report.flops_per_call = workload->flops;
-  report.request_bytes = workload->request_bytes;
-  for (int level : config.concurrency) {
-    LevelRun run(config, *workload, stubs, health, level);
+  // One workload per --workload entry, or the command line's own.
+  std::vector<const BenchConfig*> calls;
+  std::vector<double> weights;
+  for (const MixEntry& e : config.mix) calls.push_back(e.call.get()), weights.push_back(e.weight);
+  if (config.mix.empty()) calls.push_back(&config), weights.push_back(1);
+  std::vector<Workload> workloads;
+  double weight_sum = 0, flops = 0, bytes = 0;
+  for (double w : weights) weight_sum += w;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    auto workload = BuildWorkload(*calls[i], client);
+    if (!workload.ok()) {
+      if (config.mix.empty()) return workload.status();
+      return Status(workload.status().code(), "--workload entry '" + config.mix[i].name +
+                                                  "': " + workload.status().message());
+    }
+    flops += weights[i] / weight_sum * workload->flops;
+    bytes += weights[i] / weight_sum * static_cast<double>(workload->request_bytes);
+    workloads.push_back(std::move(*workload));
+  }
+  report.workload = config.mix.empty() ? workloads[0].description
+                                       : "a mix of " + std::to_string(calls.size()) + " entries";
+  report.flops_per_call = flops;
+  report.request_bytes = static_cast<int64_t>(bytes);
+  report.machine = DescribeMachine();
+  // Closed loop: a level per concurrency; open loop: a level per rate.
+  const size_t levels = config.rps.empty() ? config.concurrency.size() : config.rps.size();
+  for (size_t i = 0; i < levels; ++i) {
+    const int concurrency = config.rps.empty() ? config.concurrency[i] : config.concurrency[0];
+    const double rate = config.rps.empty() ? 0 : config.rps[i];
+    LevelRun run(config, workloads, calls, weights, stubs, health, concurrency, rate);
     report.levels.push_back(run.Run(interrupt));
     if (interrupt != nullptr && interrupt->load()) {
       report.interrupted = true;
       break;
     }
   }
+  report.knee = FindKnee(report);
   return report;
 }
 

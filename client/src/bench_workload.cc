@@ -1,6 +1,8 @@
 #include "bench_workload.h"
 
 #include <cmath>
+#include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -59,6 +61,75 @@ StatusOr<Weights> ResolveWeights(const BenchConfig& c, AttentionClient& client, 
   return w;
 }
 
+// --data: a .npy file (the query), or a .json file holding an array (the
+// query) or an object with "query" and optionally "key" and "value".
+struct DataInputs {
+  HostArray query;
+  std::optional<HostArray> key, value;
+};
+
+StatusOr<DataInputs> LoadData(const std::string& path) {
+  const std::string where = "--data " + path;
+  DataInputs d;
+  if (path.size() > 4 && path.substr(path.size() - 4) == ".npy") {
+    auto q = ReadNpy(path);
+    if (!q.ok()) return Status::InvalidArgument(where + ": " + q.status().message());
+    d.query = std::move(*q);
+    return d;
+  }
+  std::ifstream in(path);
+  if (!in) return Status::InvalidArgument(where + ": cannot read the file");
+  std::stringstream text;
+  text << in.rdbuf();
+  auto json = ParseJson(text.str());
+  if (!json.ok()) return Status::InvalidArgument(where + ": " + json.status().message());
+  if (json->type == JsonValue::Type::kArray) {
+    auto q = FromJsonArray(*json, where);
+    if (!q.ok()) return q.status();
+    d.query = std::move(*q);
+    return d;
+  }
+  const JsonValue* q = json->type == JsonValue::Type::kObject ? json->Find("query") : nullptr;
+  if (q == nullptr) {
+    return Status::InvalidArgument(where + ": expected an array (the query) or an object with " +
+                                   "\"query\" (and \"key\", \"value\")");
+  }
+  for (const auto& [name, v] : json->object) {
+    if (name != "query" && name != "key" && name != "value") {
+      return Status::InvalidArgument(where + ": unknown member \"" + name +
+                                     "\" (query, key, value)");
+    }
+    auto a = FromJsonArray(v, where + ": " + name);
+    if (!a.ok()) return a.status();
+    (name == "query" ? d.query
+     : name == "key" ? d.key.emplace()
+                     : d.value.emplace()) = std::move(*a);
+  }
+  return d;
+}
+
+// --padded-keys N: bool [B, Lk], the last N keys of every row true.
+HostArray PaddingMask(int64_t batch, int64_t lk, int64_t padded) {
+  HostArray m{{batch, lk}, std::vector<float>(static_cast<size_t>(batch * lk), 0.0f), true};
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t j = std::max<int64_t>(0, lk - padded); j < lk; ++j) m.values[b * lk + j] = 1;
+  }
+  return m;
+}
+
+// With --padded-keys: the mask into the request, and its view (over
+// `bytes`) for the local count and answer. Keys are the second-last dim.
+std::optional<TensorView> Padding(const BenchConfig& c, const Shape& key_shape, CallSpec* spec,
+                                  std::vector<uint8_t>* bytes) {
+  if (c.padded_keys <= 0) return std::nullopt;
+  const int64_t lk = key_shape[key_shape.size() - 2];
+  const int64_t batch = key_shape.size() > 2 ? key_shape[0] : 1;
+  spec->key_padding_mask = PaddingMask(batch, lk, c.padded_keys);
+  if (key_shape.size() == 2) spec->key_padding_mask->shape = {lk};
+  bytes->assign(spec->key_padding_mask->values.begin(), spec->key_padding_mask->values.end());
+  return TensorView::DenseBool(bytes->data(), spec->key_padding_mask->shape);
+}
+
 double LinearFlops(int64_t rows, int64_t in, int64_t out) {
   return 2.0 * static_cast<double>(rows) * static_cast<double>(in) * static_cast<double>(out);
 }
@@ -74,11 +145,24 @@ double RemoteModelFlops(const BenchConfig& c, int64_t e, int64_t kdim, int64_t v
          (out_projection ? LinearFlops(rq, e, e) : 0.0) + attention;
 }
 
-StatusOr<Workload> BuildWorkload(const BenchConfig& c, AttentionClient& client) {
+StatusOr<Workload> BuildWorkload(const BenchConfig& config, AttentionClient& client) {
   Workload w;
-  if (c.op == "health") {
+  if (config.op == "health") {
     w.description = "health (grpc.health.v1 Check)";
     return w;
+  }
+  // With --data, its shapes replace the size flags.
+  std::optional<DataInputs> data;
+  BenchConfig c = config;
+  if (!c.data_path.empty()) {
+    auto loaded = LoadData(c.data_path);
+    if (!loaded.ok()) return loaded.status();
+    data = std::move(*loaded);
+    const Shape& qs = data->query.shape;
+    if (qs.size() < 2) return Status::InvalidArgument("--data: the query needs 2 or more dims");
+    c.dim = qs.back(), c.seq_q = qs[qs.size() - 2], c.batch = qs.size() > 2 ? qs[0] : 1;
+    c.heads = c.op == "attention" && qs.size() == 4 ? qs[1] : c.heads;
+    c.seq_k = data->key ? data->key->shape[data->key->shape.size() - 2] : c.seq_q;
   }
   std::mt19937 rng(static_cast<unsigned>(c.seed));
   CallSpec spec;
@@ -97,6 +181,7 @@ StatusOr<Workload> BuildWorkload(const BenchConfig& c, AttentionClient& client) 
     for (HostArray& p : spec.projections) RoundToWireType(&p, spec.dtype);
   };
   const bool self = c.seq_k == c.seq_q;
+  std::vector<uint8_t> mask_bytes;  // the padding mask, for the local computation
   std::ostringstream d;
   d << c.op << (c.model.empty() ? " inline" : " " + c.model);
   StatusOr<AttentionCost> cost = Status::Internal("unset");
@@ -105,19 +190,33 @@ StatusOr<Workload> BuildWorkload(const BenchConfig& c, AttentionClient& client) 
     // SDPA on [B, H, L, D] (or [B, L, D] with one head).
     Shape qs = {c.batch, c.heads, c.seq_q, c.dim}, ks = {c.batch, c.heads, c.seq_k, c.dim};
     if (c.heads == 1) qs.erase(qs.begin() + 1), ks.erase(ks.begin() + 1);
-    spec.query = RandomArray(qs, rng);
-    if (!self) spec.key = RandomArray(ks, rng), spec.value = RandomArray(ks, rng);
+    spec.query = data ? data->query : RandomArray(qs, rng);
+    if (data && data->key) {
+      spec.key = data->key, spec.value = data->value ? *data->value : *data->key;
+    } else if (!self) {
+      spec.key = RandomArray(ks, rng), spec.value = RandomArray(ks, rng);
+    }
+    qs = spec.query.shape;
     round_inputs();
-    const HostArray& k = self ? spec.query : *spec.key;
-    const HostArray& v = self ? spec.query : *spec.value;
+    const HostArray& k = spec.key ? *spec.key : spec.query;
+    const HostArray& v = spec.value ? *spec.value : k;
     ScaledDotProductAttentionOptions opt;
     opt.masks.causal = c.causal;
+    opt.masks.key_padding_mask = Padding(c, k.shape, &spec, &mask_bytes);
     cost = EstimateScaledDotProductAttention(View(spec.query), View(k), View(v), opt);
     if (c.verify) local = ScaledDotProductAttention(View(spec.query), View(k), View(v), opt);
     d << " query" << ShapeToString(qs);
   } else {
     FillRandomInputs({c.batch, c.seq_q, c.seq_k, weights->e, weights->kdim, weights->vdim}, rng,
                      &spec);
+    if (data) {
+      spec.query = data->query;
+      if (data->key) spec.key = data->key;
+      if (data->value) spec.value = data->value;
+      if (c.op == "cross" && !data->key) {
+        return Status::InvalidArgument("--data: cross-attention needs \"key\" (the encoder)");
+      }
+    }
     round_inputs();
     const HostArray& q = spec.query;
     const HostArray& k = spec.key ? *spec.key : q;
@@ -126,6 +225,7 @@ StatusOr<Workload> BuildWorkload(const BenchConfig& c, AttentionClient& client) 
     MultiHeadAttentionOptions opt;
     opt.num_heads = c.op == "mha" ? weights->heads : 1;
     opt.masks.causal = c.causal;
+    opt.masks.key_padding_mask = Padding(c, k.shape, &spec, &mask_bytes);
     if (weights->known) {
       cost = EstimateMultiHeadAttention(weights->views, View(q), View(k), View(v), opt);
     } else {
@@ -148,6 +248,8 @@ StatusOr<Workload> BuildWorkload(const BenchConfig& c, AttentionClient& client) 
                   std::vector<float>(local->output.data.begin(), local->output.data.end()), false};
   }
   if (c.causal) d << " causal";
+  if (c.padded_keys > 0) d << " padded_keys=" << c.padded_keys;
+  if (data) d << " data=" << c.data_path;
   w.description = d.str();
   auto call = BuildCall(spec);
   if (!call.ok()) return call.status();

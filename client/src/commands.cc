@@ -202,7 +202,8 @@ int RunBenchCommand(const CommandLine& cl, const std::atomic<bool>* interrupt) {
   if (!report.ok()) return Fail(report.status().message(), 1);
   std::fputs(ReportToText(*report).c_str(), stdout);
   for (const auto& [path, text] : {std::pair{config->json_path, ReportToJson(*report)},
-                                   std::pair{config->csv_path, ReportToCsv(*report)}}) {
+                                   std::pair{config->csv_path, ReportToCsv(*report)},
+                                   std::pair{config->html_path, ReportToHtml(*report)}}) {
     if (path.empty()) continue;
     std::ofstream out(path);
     out << text;

@@ -114,11 +114,15 @@ StatusOr<HostArray> FromWire(const attention::v1::Tensor& t, const std::string& 
 StatusOr<HostArray> ParseJsonArray(const std::string& text, const std::string& what) {
   auto json = ParseJson(text);
   if (!json.ok()) return Status::InvalidArgument(what + ": " + json.status().message());
-  if (json->type != JsonValue::Type::kArray) {
+  return FromJsonArray(*json, what);
+}
+
+StatusOr<HostArray> FromJsonArray(const JsonValue& json, const std::string& what) {
+  if (json.type != JsonValue::Type::kArray) {
     return Status::InvalidArgument(what + ": expected a JSON array like [[1, 0], [0, 1]]");
   }
   HostArray a;
-  ATTN_RETURN_IF_ERROR(FlattenJson(*json, 0, "top level", &a.shape, &a, what));
+  ATTN_RETURN_IF_ERROR(FlattenJson(json, 0, "top level", &a.shape, &a, what));
   return a;
 }
 

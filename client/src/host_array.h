@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "attention/v1/attention.pb.h"
+#include "attn/json.h"
 #include "attn/status.h"
 #include "attn/tensor.h"
 #include "wire/tensor_codec.h"
@@ -46,6 +47,8 @@ StatusOr<HostArray> FromWire(const attention::v1::Tensor& t, const std::string& 
 // Nested JSON arrays of numbers (or true/false), e.g. "[[1,0],[0,1]]".
 // Ragged arrays are refused, naming the position.
 StatusOr<HostArray> ParseJsonArray(const std::string& text, const std::string& what);
+// The same from a parsed JSON value (an array).
+StatusOr<HostArray> FromJsonArray(const JsonValue& json, const std::string& what);
 
 // .npy (format 1.0-3.0, C order) with dtype <f4, <f8 (converted) or |b1.
 StatusOr<HostArray> ReadNpy(const std::string& path);
