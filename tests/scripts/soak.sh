@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Soak: mixed RPCs at concurrency 64 for SECONDS against the real server,
-# with --verify on. Three bench clients run at once:
-#   MultiHeadAttention (demo-mha-small, [1, 16, 64])  concurrency 32
-#   CrossAttention (demo-cross-attention, [1, 16, 64]) concurrency 16
-#   Attention (inline, [1, 4, 32, 32], causal)         concurrency 16
+# with --verify on: one bench with a --workload of three weighted entries
+# (tests/scripts/soak_workload.yaml), a row each in its report:
+#   MultiHeadAttention (demo-mha-small, [1, 16, 64])   weight 50
+#   CrossAttention (demo-cross-attention, [1, 16, 64])  weight 25
+#   Attention (inline, [4, 32, 32], causal)             weight 25
 # Passes when no call failed, no response mismatched the local core
 # computation, /metrics counts only OK calls, and the server's RSS after
 # warm-up grew by at most 10%: the RSS at the end (the median of the last
@@ -24,16 +25,10 @@ metrics_port=$(grep -oE 'metrics http://[0-9.]+:[0-9]+/metrics' "$work/server.lo
 target=127.0.0.1:$port
 rss() { awk '/VmRSS/ {print $2}' "/proc/$pid/status"; }
 
-common=(--target "$target" --duration "${seconds}s" --warmup 5s --verify --no-progress --timeout 30s)
-"$client" bench "${common[@]}" --op mha --model demo-mha-small --seq-q 16 --concurrency 32 \
-  --connections 2 --json "$work/mha.json" >"$work/mha.txt" 2>&1 &
+"$client" bench --target "$target" --duration "${seconds}s" --warmup 5s --verify --no-progress \
+  --timeout 30s --workload "$(dirname "$0")/soak_workload.yaml" --concurrency 64 --connections 2 \
+  --json "$work/soak.json" >"$work/soak.txt" 2>&1 &
 benches=$!
-"$client" bench "${common[@]}" --op cross --model demo-cross-attention --seq-q 16 --seq-k 16 \
-  --concurrency 16 --json "$work/cross.json" >"$work/cross.txt" 2>&1 &
-benches="$benches $!"
-"$client" bench "${common[@]}" --op attention --batch 4 --seq-q 32 --dim 32 --causal \
-  --concurrency 16 --json "$work/attention.json" >"$work/attention.txt" 2>&1 &
-benches="$benches $!"
 
 # RSS: the first sample once warm (5 s of warm-up plus 5 s, or a quarter of
 # the run if longer), then every 2 s until the clients finish.
@@ -58,20 +53,24 @@ rc=0
 for b in $benches; do wait "$b" || rc=1; done
 benches=""
 
-summary() {  # name JSON: the report's first level, one line
-  /usr/bin/python3 - "$1" "$2" <<'PY'
+# One line per entry, and the total.
+if [ -s "$work/soak.json" ]; then
+  /usr/bin/python3 - "$work/soak.json" <<'PY'
 import json, sys
-name, path = sys.argv[1], sys.argv[2]
-lvl = json.load(open(path))["levels"][0]
-print(f"{name:10s} calls {lvl['count']:>8d}  ok {lvl['ok']:>8d}  errors {sum(lvl['errors'].values()):d}"
+lvl = json.load(open(sys.argv[1]))["levels"][0]
+for e in lvl["entries"]:
+    s = e["stats"]
+    print(f"{e['name']:10s} ok {s['ok']:>8d}  errors {sum(s['errors'].values()):d}"
+          f"  {s['rps']:8.0f} req/s  p50 {s['p50_ms']:.2f} ms  p99 {s['p99_ms']:.2f} ms")
+print(f"{'total':10s} ok {lvl['ok']:>8d}  errors {sum(lvl['errors'].values()):d}"
       f"  verified {lvl['verify']['checked']:>6d}  mismatches {lvl['verify']['mismatches']:d}"
       f"  {lvl['rps']:8.0f} req/s  p50 {lvl['latency_ms']['p50']:.2f} ms  p99 {lvl['latency_ms']['p99']:.2f} ms")
+assert len(lvl["entries"]) == 3 and all(e["stats"]["ok"] > 0 for e in lvl["entries"]), "an entry made no calls"
 PY
-}
-for n in mha cross attention; do
-  if [ -s "$work/$n.json" ]; then summary "$n" "$work/$n.json"; else cat "$work/$n.txt"; fi
-done
-[ $rc -eq 0 ] || { for n in mha cross attention; do tail -20 "$work/$n.txt"; done; echo "FAIL: calls failed or mismatched"; exit 1; }
+else
+  cat "$work/soak.txt"
+fi
+[ $rc -eq 0 ] || { tail -30 "$work/soak.txt"; echo "FAIL: calls failed or mismatched"; exit 1; }
 
 metrics=$(/usr/bin/python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:$metrics_port/metrics', timeout=5).read().decode())")
 not_ok=$(echo "$metrics" | grep '^attn_requests_total' | grep -v 'code="OK"' || true)
