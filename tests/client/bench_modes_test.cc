@@ -214,7 +214,7 @@ TEST(BenchModes, OpenLoopPastWhatTheServerSustainsShowsLateCallsAndGrowingLatenc
   ASSERT_NE(s, nullptr);
   client::BenchConfig c = Base(*s);
   c.op = "attention";
-  c.seq_q = 512, c.dim = 64, c.heads = 4;
+  c.seq_q = c.seq_k = 512, c.dim = 64, c.heads = 4;
   c.concurrency = {2};
   auto closed = client::RunBench(c, nullptr);  // what it sustains, measured here
   ASSERT_TRUE(closed.ok()) << closed.status().ToString();
@@ -247,7 +247,7 @@ TEST(BenchModes, SloKneeIsTheLastLevelThatMetIt) {
   ASSERT_NE(s, nullptr);
   client::BenchConfig c = Base(*s);
   c.op = "attention";
-  c.seq_q = 512, c.dim = 64, c.heads = 4;
+  c.seq_q = c.seq_k = 512, c.dim = 64, c.heads = 4;
   c.concurrency = {1, 8};
   c.duration_s = 0.7;
   auto report = client::RunBench(c, nullptr);

@@ -219,6 +219,7 @@ float* OutputBytes(const Shape& shape, attention::v1::Tensor* dst) {
 }
 
 void NarrowInto(const float* src, int64_t n, WireType type, char* dst) {
+  if (n <= 0) return;  // an empty tensor's data may be null
   if (IsHalf(type)) {
     FloatToHalf(AsHalf(type), src, reinterpret_cast<uint16_t*>(dst), n);
   } else {
