@@ -82,10 +82,17 @@ void Run(const uint8_t* data, size_t size, Prepare prepare) {
   if (!st.ok()) return Report(st);
   int64_t n = 1;
   for (int64_t d : resp.output().shape()) n *= d;
+  // Data in the answer's own type (float16/bfloat16 answers a half query
+  // with 2 bytes an element), or float values.
+  const int64_t width =
+      resp.output().data().empty()
+          ? 4
+          : attn::wire::WireTypeBytes(attn::wire::FromNativeDataType(resp.output().dtype()));
   const int64_t bytes = resp.output().data().size() + 4 * resp.output().values_size();
-  if (bytes != 4 * n) {
-    std::fprintf(stderr, "request_fuzzer: output holds %lld bytes for %lld elements\n",
-                 static_cast<long long>(bytes), static_cast<long long>(n));
+  if (bytes != width * n) {
+    std::fprintf(stderr, "request_fuzzer: output holds %lld bytes for %lld elements of %lld\n",
+                 static_cast<long long>(bytes), static_cast<long long>(n),
+                 static_cast<long long>(width));
     std::abort();
   }
   Report(st);
