@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <memory>
@@ -142,6 +143,19 @@ Status AttentionServiceImpl::Authenticate(const std::string* authorization) cons
   return options_.auth->Check(authorization->data(), authorization->size());
 }
 
+int AttentionServiceImpl::LargeCallThreads(int cpus) {
+  const int in_flight = in_flight_.load(std::memory_order_relaxed);
+  const int64_t now = Clock::now().time_since_epoch().count();
+  if (in_flight > 1) last_overlap_.store(now, std::memory_order_relaxed);
+  return ThreadsForLargeCall(cpus, in_flight, Clock::duration(now - last_overlap_.load()));
+}
+
+int AttentionServiceImpl::ThreadsForLargeCall(int cpus, int in_flight,
+                                              Clock::duration since_overlap) {
+  if (since_overlap >= kOverlapMemory) return cpus;
+  return std::max(1, cpus / std::max(2, in_flight));
+}
+
 void AttentionServiceImpl::Dispatch(CallTransport* t, const std::string* authorization,
                                     const std::function<Status(PreparedCall*)>& prepare) {
   // Counted from here until Finish(), rejected calls included.
@@ -160,7 +174,8 @@ void AttentionServiceImpl::Dispatch(CallTransport* t, const std::string* authori
   st = prepare(call.get());
   if (!st.ok()) return t->Finish(st, {});
   ComputeScheduler* scheduler = options_.scheduler;
-  const int threads = call->cost.flops < kParallelFlops ? 1 : scheduler->cpus();
+  const bool small = call->cost.flops < kParallelFlops;
+  const int threads = small ? 1 : LargeCallThreads(scheduler->cpus());
   auto run = [this, t, call](int granted) {
     const auto began = Clock::now();
     Status result;
@@ -184,7 +199,7 @@ void AttentionServiceImpl::Dispatch(CallTransport* t, const std::string* authori
   };
   // A small call with a free CPU runs right here, on the transport's thread;
   // anything else waits its turn on a compute worker.
-  if (threads == 1 && scheduler->TryAcquire(1)) {
+  if (small && scheduler->TryAcquire(1)) {
     run(1);
     scheduler->Release(1);
   } else if (!scheduler->Submit(threads, std::move(run))) {

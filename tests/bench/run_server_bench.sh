@@ -2,8 +2,8 @@
 # The server benchmark of issue 4, all rows in one run on this machine:
 #   1. gRPC's ceiling: --op health at concurrency 32
 #   2. small requests: MHA B=1, L=16, E=64, H=4 at concurrency 32
-#   3. large requests: MHA B=8, L=512, E=512, H=8 at concurrency 1 and 2 (the
-#      better level counts), against the same work in-process
+#   3. large requests: MHA B=8, L=512, E=512, H=8 at concurrency 1 to 4 (the
+#      best level counts: the server's throughput), against the same work in-process
 #      (attention-core-bench, with glibc malloc and with tcmalloc: the faster)
 #   4. rows 2 and 3 against a Python grpcio + PyTorch 1.13 server
 # Rows 1 and 2 alternate for ROUNDS rounds (default 5) and the medians count:
@@ -44,7 +44,7 @@ for round in $(seq 1 "${ROUNDS:-5}"); do
   bench "health_$round" "$port" --op health --concurrency 32
   bench "small_$round" "$port" --op mha --model demo-mha-small --seq-q 16 --concurrency 32
 done
-bench large "$port" --op mha --model demo-mha --batch 8 --seq-q 512 --concurrency 1,2
+bench large "$port" --op mha --model demo-mha --batch 8 --seq-q 512 --concurrency 1,2,3,4
 kill $spid; wait $spid 2>/dev/null || true
 inprocess() {  # name [LD_PRELOAD]
   LD_PRELOAD=${2:-} "$build/bin/attention-core-bench" --benchmark_filter='BM_Mha/B:8/L:512/' \

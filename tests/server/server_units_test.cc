@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "attention_service.h"
 #include "attn/json.h"
 #include "compute_scheduler.h"
 #include "held_memory.h"
@@ -101,6 +102,20 @@ TEST(ServerConfig, TransportMemoryFlags) {
             "--max-streams: expected an integer in [1, 1048576], got '0'");
   EXPECT_EQ(Parse({"--memory-quota-mb", "lots"}).status().message(),
             "--memory-quota-mb: expected an integer in [1, 1073741824], got 'lots'");
+}
+
+TEST(LargeCalls, EveryCpuAloneAShareUnderConcurrentLoad) {
+  using S = server::AttentionServiceImpl;
+  const std::chrono::milliseconds long_ago(5000), just_now(1);
+  EXPECT_EQ(S::ThreadsForLargeCall(2, 1, long_ago), 2) << "a lone call: every CPU";
+  EXPECT_EQ(S::ThreadsForLargeCall(8, 1, long_ago), 8);
+  EXPECT_EQ(S::ThreadsForLargeCall(2, 2, just_now), 1) << "two at once on 2 CPUs: one each";
+  EXPECT_EQ(S::ThreadsForLargeCall(2, 1, just_now), 1) << "overlap a moment ago: still shared";
+  EXPECT_EQ(S::ThreadsForLargeCall(8, 2, just_now), 4);
+  EXPECT_EQ(S::ThreadsForLargeCall(8, 1, just_now), 4) << "at least a 2-way split";
+  EXPECT_EQ(S::ThreadsForLargeCall(8, 3, just_now), 2);
+  EXPECT_EQ(S::ThreadsForLargeCall(2, 64, just_now), 1) << "never below one thread";
+  EXPECT_EQ(S::ThreadsForLargeCall(1, 4, just_now), 1);
 }
 
 TEST(HeldMemory, OverTheQuotaOnlyConnectionsHoldingNothingElseAreServed) {
