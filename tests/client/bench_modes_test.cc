@@ -13,6 +13,7 @@
 #include "attn/json.h"
 #include "bench.h"
 #include "bench_mix.h"
+#include "status_matchers.h"
 #include "test_server.h"
 
 namespace attn {
@@ -78,12 +79,7 @@ TEST(BenchModeFlags, BadValuesAreRejectedWithTheFlag) {
       {{"--data", ""}, "--data: expected a file, got ''"},
       {{"--workload", "/nonexistent/w.json"}, "--workload /nonexistent/w.json: cannot read"},
   };
-  for (const auto& [args, msg] : cases) {
-    auto c = Parse(args);
-    ASSERT_FALSE(c.ok()) << msg;
-    EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(c.status().message().find(msg), std::string::npos) << c.status().message();
-  }
+  for (const auto& [args, msg] : cases) attn_test::ExpectInvalid(Parse(args), msg);
 }
 
 TEST(BenchWorkloadFile, JsonAndYamlGiveTheSameEntries) {
@@ -136,13 +132,11 @@ TEST(BenchWorkloadFile, BadEntriesNameTheEntryAndTheKey) {
       {R"([{"op": "mha",)", "--workload"},
   };
   for (const auto& [text, msg] : cases) {
-    auto c = Parse({"--workload", WriteFile("bad.json", text)});
-    ASSERT_FALSE(c.ok()) << text;
-    EXPECT_NE(c.status().message().find(msg), std::string::npos) << c.status().message();
+    SCOPED_TRACE(text);
+    attn_test::ExpectInvalid(Parse({"--workload", WriteFile("bad.json", text)}), msg);
   }
-  auto c = Parse({"--workload", WriteFile("bad.yaml", "- {op: mha\n- ]")});
-  ASSERT_FALSE(c.ok());
-  EXPECT_NE(c.status().message().find("not valid YAML"), std::string::npos) << c.status().message();
+  attn_test::ExpectInvalid(Parse({"--workload", WriteFile("bad.yaml", "- {op: mha\n- ]")}),
+                           "not valid YAML");
 }
 
 client::BenchConfig Base(const server::AttentionServer& s) {
