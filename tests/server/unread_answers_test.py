@@ -35,9 +35,9 @@ QUOTA_MB = 48   # --memory-quota-mb
 # plus the quota plus a margin: one call per connection past the quota (4 x 4
 # MiB here), the calls computing (--threads of them, each with its request,
 # parsed copy, output and answer: 2 x 8 MiB), and the allocator's and gRPC's
-# own buffers. Measured: 113-125 MiB peaks from 35 MiB at rest; 321 MiB with
+# own buffers. Measured: 113-131 MiB peaks from 35 MiB at rest; 321 MiB with
 # no quota and no stream limit.
-MARGIN_MB = 64
+MARGIN_MB = 80
 
 
 def start_server(*args):
@@ -111,7 +111,10 @@ class RawConnection:
             ready, _, _ = select.select([self.sock], [], [], min(left, 0.05))
             if not ready:
                 continue
-            data = self.sock.recv(1 << 16)
+            try:
+                data = self.sock.recv(1 << 16)
+            except ConnectionResetError:
+                return
             if not data:
                 return
             self.events += self.conn.receive_data(data)
@@ -235,18 +238,27 @@ class UnreadAnswers(unittest.TestCase):
                 for c in bad:
                     c.wait_for(lambda c=c: c.conn.remote_settings.max_concurrent_streams
                                == STREAMS, 10)
+                dropped = 0
                 for c in bad:
                     for _ in range(STREAMS):
-                        c.send_message(c.open_stream("Attention"), request)
+                        try:
+                            c.send_message(c.open_stream("Attention"), request)
+                        except (BrokenPipeError, ConnectionResetError):
+                            # Under memory pressure gRPC's resource quota
+                            # closes connections that wait idle: allowed.
+                            dropped += 1
+                            break
                 time.sleep(2)  # the admitted ones compute and their answers wait
                 held = gauge(metrics, "attn_held_bytes") / 2**20
                 peak = rss_mib(proc.pid, "VmHWM")
                 stop.set()
                 caller.join(60)
                 print(f"wave {wave}: RSS {base:.0f} MiB at rest, peak {peak:.0f} MiB; held "
-                      f"{held:.1f} MiB; {served[0]} good calls served meanwhile")
+                      f"{held:.1f} MiB; {served[0]} good calls served meanwhile; "
+                      f"{dropped} of the 4 connections closed by gRPC")
                 self.assertLessEqual(peak, base + QUOTA_MB + MARGIN_MB)
                 self.assertLessEqual(held, QUOTA_MB + 4 * 4)
+                self.assertGreaterEqual(held, QUOTA_MB / 2, "the unread answers filled the quota")
                 self.assertEqual(failures, [])
                 self.assertGreater(served[0], 10)
                 # Refused calls got their RESOURCE_EXHAUSTED status (trailers
