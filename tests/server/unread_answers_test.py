@@ -9,6 +9,7 @@ client keeps calling meanwhile.
 Run by ctest with ATTN_SERVER_BIN set and PYTHONPATH holding the attention.v1
 stubs and client/python.
 """
+import json
 import os
 import re
 import select
@@ -20,12 +21,13 @@ import time
 import unittest
 import urllib.request
 
+import grpc
 import h2.config
 import h2.connection
 import h2.events
 import h2.settings
 import numpy as np
-from attention.v1 import attention_pb2
+from attention.v1 import attention_pb2, attention_pb2_grpc
 from attention_client import AttentionClient, to_tensor
 
 SERVER = os.environ["ATTN_SERVER_BIN"]
@@ -209,6 +211,17 @@ class UnreadAnswers(unittest.TestCase):
         proc, port, metrics = start_server("--max-streams", str(STREAMS), "--threads", "2",
                                            "--memory-quota-mb", str(QUOTA_MB))
         good = AttentionClient(f"127.0.0.1:{port}", timeout=20)
+        # Under memory pressure gRPC's quota may close the good client's
+        # connection while it is idle; a client retries UNAVAILABLE on a new
+        # one, as the README tells clients to.
+        good.channel.close()
+        good.channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=[
+            ("grpc.service_config", json.dumps({"methodConfig": [{
+                "name": [{"service": "attention.v1.AttentionService"}],
+                "retryPolicy": {"maxAttempts": 4, "initialBackoff": "0.05s",
+                                "maxBackoff": "0.5s", "backoffMultiplier": 2,
+                                "retryableStatusCodes": ["UNAVAILABLE"]}}]}))])
+        good.stub = attention_pb2_grpc.AttentionServiceStub(good.channel)
         x = np.random.default_rng(1).standard_normal((16, 64)).astype(np.float32)
         try:
             for _ in range(20):
