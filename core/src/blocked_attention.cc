@@ -125,7 +125,7 @@ class BlockedAttention {
           for (int64_t c = 0; c < d; ++c)
             dst[c * lk + j] = k[j * p_.k.stride[2] + c * p_.k.stride[3]];
         }
-        small(lq, lk, d, q + bh * lq * d, d, dst, lk, s + bh * lq * lk, lk);
+        small(lq, lk, d, q + bh * lq * d, d, dst, lk, nullptr, s + bh * lq * lk, lk);
       }
     } else {
       const float* k = DenseHeads(p_.k, lk, d, ws.kp);
@@ -166,7 +166,8 @@ class BlockedAttention {
     float* o = Workspace::Ensure(ws.o, nbh_ * lq * dv);
     if (use_small) {
       for (int64_t bh = 0; bh < nbh_; ++bh) {
-        small(lq, dv, lk, s + bh * lq * lk, lk, v + bh * lk * dv, dv, o + bh * lq * dv, dv);
+        small(lq, dv, lk, s + bh * lq * lk, lk, v + bh * lk * dv, dv, nullptr, o + bh * lq * dv,
+              dv);
       }
     } else {
       MatmulShape pv{lq, dv, lk, lk, dv, dv, false, false, false, 1};

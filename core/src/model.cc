@@ -2,9 +2,12 @@
 
 #include <cmath>
 #include <set>
+#include <vector>
 
+#include "attn/cpu_info.h"
 #include "attn/safetensors.h"
 #include "blocked_attention.h"
+#include "small_matmul.h"
 
 namespace attn {
 namespace {
@@ -162,6 +165,51 @@ StatusOr<ProjectionWeights> SeedModule(Builder& b, const std::string& q, const s
   return w;
 }
 
+// On a tier with core's small kernel, keeps each small projection weight
+// also as W^T (LinearView::weight_t) in `storage`, once: tiny calls then
+// project without oneDNN's fixed cost per call (small_matmul.h).
+void PackSmallWeights(ProjectionWeights* p, std::vector<Tensor>* storage) {
+  if (internal::SmallMatmulFor(KernelTier()) == nullptr) return;
+  // W^T of `rows` consecutive rows of the weight that `first` starts.
+  auto pack = [storage](const TensorView& first, int64_t rows) -> const float* {
+    const int64_t in = first.shape[1], ld = first.strides[0];
+    if (rows * in > internal::kPackedWeightMaxElements) return nullptr;
+    Tensor t = Tensor::Uninitialized({in, rows});
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < in; ++c) t.data[c * rows + r] = first.f32()[r * ld + c];
+    }
+    storage->push_back(std::move(t));  // moving a Tensor keeps its buffer
+    return storage->back().data.data();
+  };
+  auto view = [](const float* base, int64_t in, int64_t out, int64_t ld) {
+    TensorView v = TensorView::Dense(base, {in, out});
+    v.strides = {ld, 1};
+    return v;
+  };
+  auto pack_one = [&](LinearView* lin) {
+    const int64_t out = lin->weight.shape[0], in = lin->weight.shape[1];
+    if (const float* t = pack(lin->weight, out)) lin->weight_t = view(t, in, out, out);
+  };
+  // nn.MultiheadAttention's in_proj_weight: q, k and v are consecutive rows
+  // of one [3E, E] weight, projected by one matmul: one [E, 3E] W^T.
+  const int64_t e = p->q.weight.shape[0], ld = p->q.weight.strides[0];
+  const bool fused = p->k.weight.shape == p->q.weight.shape &&
+                     p->v.weight.shape == p->q.weight.shape &&
+                     p->k.weight.f32() == p->q.weight.f32() + e * ld &&
+                     p->v.weight.f32() == p->k.weight.f32() + e * ld;
+  if (fused) {
+    const int64_t in = p->q.weight.shape[1];
+    if (const float* t = pack(p->q.weight, 3 * e)) {
+      p->q.weight_t = view(t, in, e, 3 * e);
+      p->k.weight_t = view(t + e, in, e, 3 * e);
+      p->v.weight_t = view(t + 2 * e, in, e, 3 * e);
+    }
+  } else {
+    pack_one(&p->q), pack_one(&p->k), pack_one(&p->v);
+  }
+  if (p->out.has_value()) pack_one(&*p->out);
+}
+
 }  // namespace
 
 const char* ModelKindName(ModelKind kind) {
@@ -219,6 +267,7 @@ StatusOr<AttentionModel> AttentionModel::FromTensors(std::string name, ModelKind
                 std::to_string(ev) + ")");
   }
   model.projections_ = p;
+  PackSmallWeights(&model.projections_, &model.packed_);
   model.info_.name = std::move(name);
   model.info_.kind = kind;
   model.info_.num_heads = num_heads;

@@ -10,10 +10,12 @@
 #include <string>
 
 #include "attn/attention.h"
+#include "attn/cpu_info.h"
 #include "attn/threading.h"
 #include "blocked_attention.h"
 #include "input_checks.h"
 #include "primitive_cache.h"
+#include "small_matmul.h"
 
 namespace attn {
 namespace {
@@ -41,18 +43,39 @@ Status ValidateLinear(const LinearView& lin, const std::string& name) {
   return Status::Ok();
 }
 
-// y[m, out] (row stride ldy) = x[m, in] (row stride ldx) W^T + b, where W is
-// `out` rows of an [*, in] weight with row stride ldw.
-void RunLinear(const float* x, int64_t m, int64_t in, int64_t ldx, const float* weight, int64_t out,
-               int64_t ldw, const float* bias, float* y, int64_t ldy, int max_threads) {
+// W of y = x W^T + b: `out` rows of an [*, in] weight with row stride ldw,
+// and optionally the same as W^T ([in, out], row stride ldwt).
+struct LinearWeight {
+  const float* weight;
+  int64_t ldw;
+  const float* weight_t;  // may be null
+  int64_t ldwt;
+};
+
+LinearWeight WeightOf(const LinearView& lin) {
+  return {lin.weight.f32(), lin.weight.strides[0], lin.weight_t ? lin.weight_t->f32() : nullptr,
+          lin.weight_t ? lin.weight_t->strides[0] : 0};
+}
+
+// y[m, out] (row stride ldy) = x[m, in] (row stride ldx) W^T + b. A tiny
+// product with a packed W^T runs on core's kernel (small_matmul.h), any
+// other on oneDNN.
+void RunLinear(const float* x, int64_t m, int64_t in, int64_t ldx, const LinearWeight& w,
+               int64_t out, const float* bias, float* y, int64_t ldy, int max_threads) {
   if (m == 0) return;
   const double flops =
       2.0 * static_cast<double>(m) * static_cast<double>(in) * static_cast<double>(out);
   const int threads = flops < internal::kSerialFlops ? 1 : max_threads;
+  static const internal::SmallMatmulFn small = internal::SmallMatmulFor(KernelTier());
+  if (w.weight_t != nullptr && small != nullptr && threads == 1 &&
+      m * in * out <= internal::kSmallLinearMaxMacs) {
+    small(m, out, in, x, ldx, w.weight_t, w.ldwt, bias, y, ldy);
+    return;
+  }
   internal::ScopedOmpThreads scope(threads);
   internal::Matmul(
-      {m, out, in, ldx, ldw, ldy, /*b_transposed=*/true, bias != nullptr, false, threads}, x,
-      weight, y, bias);
+      {m, out, in, ldx, w.ldw, ldy, /*b_transposed=*/true, bias != nullptr, false, threads}, x,
+      w.weight, y, bias);
 }
 
 // A [B, L, E] (or [L, E]) input as rows of a matrix: returns the row pointer
@@ -205,7 +228,12 @@ StatusOr<AttentionResult> Mha(const ProjectionWeights& w, const TensorView& quer
   if (SameView(query, key) && SameView(query, value) && ev == e && PackedInProjection(w)) {
     // Self-attention with a packed in_proj_weight: one [B*L, 3E] matmul.
     projected_qkv = Tensor::Uninitialized({batch * lq, 3 * e});
-    RunLinear(xq, batch * lq, query.dim(-1), ldq_in, w.q.weight.f32(), 3 * e, w.q.weight.strides[0],
+    LinearWeight fused = WeightOf(w.q);
+    const bool fused_t = w.q.weight_t && w.k.weight_t && w.v.weight_t && fused.ldwt == 3 * e &&
+                         w.k.weight_t->f32() == fused.weight_t + e &&
+                         w.v.weight_t->f32() == fused.weight_t + 2 * e;
+    if (!fused_t) fused.weight_t = nullptr;  // W^T of q alone: not all three
+    RunLinear(xq, batch * lq, query.dim(-1), ldq_in, fused, 3 * e,
               w.q.bias ? w.q.bias->f32() : nullptr, projected_qkv.data.data(), 3 * e, p.threads);
     const float* base = projected_qkv.data.data();
     p.q = {base, {lq * 3 * e, dh, 3 * e, 1}};
@@ -219,7 +247,7 @@ StatusOr<AttentionResult> Mha(const ProjectionWeights& w, const TensorView& quer
     projected_v = Tensor::Uninitialized({batch * lk, ev});
     auto project = [&p](const float* x, int64_t m, int64_t in, int64_t ldx, const LinearView& lin,
                         Tensor* y) {
-      RunLinear(x, m, in, ldx, lin.weight.f32(), lin.weight.shape[0], lin.weight.strides[0],
+      RunLinear(x, m, in, ldx, WeightOf(lin), lin.weight.shape[0],
                 lin.bias ? lin.bias->f32() : nullptr, y->data.data(), lin.weight.shape[0],
                 p.threads);
     };
@@ -252,9 +280,8 @@ StatusOr<AttentionResult> Mha(const ProjectionWeights& w, const TensorView& quer
 
   if (w.out.has_value()) {
     float* out = internal::OutputStorage(opt.output_allocator, out_shape, &result.output);
-    RunLinear(attended.data.data(), batch * lq, ev, ev, w.out->weight.f32(), eo,
-              w.out->weight.strides[0], w.out->bias ? w.out->bias->f32() : nullptr, out, eo,
-              p.threads);
+    RunLinear(attended.data.data(), batch * lq, ev, ev, WeightOf(*w.out), eo,
+              w.out->bias ? w.out->bias->f32() : nullptr, out, eo, p.threads);
   }
 
   if (opt.need_weights) {

@@ -13,16 +13,28 @@
 
 namespace attn::internal {
 
-// C[m, n] = A[m, k] B[k, n]; row-major, with leading dims lda, ldb, ldc.
-// Reads no element outside those ranges.
+// C[m, n] = A[m, k] B[k, n] (+ bias[n] on every row, when not null);
+// row-major, with leading dims lda, ldb, ldc. Reads no element outside
+// those ranges.
 using SmallMatmulFn = void (*)(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-                               const float* b, int64_t ldb, float* c, int64_t ldc);
+                               const float* b, int64_t ldb, const float* bias, float* c,
+                               int64_t ldc);
 
 // The kernel of `tier`, or null when that tier has none (see above).
 SmallMatmulFn SmallMatmulFor(IsaTier tier);
 
-// Products up to this many multiply-adds (m * n * k) go to the kernel; past
-// it oneDNN's packing pays for itself.
+// Per-head products up to this many multiply-adds (m * n * k) go to the
+// kernel; past it oneDNN's packing pays for itself.
 constexpr int64_t kSmallMatmulMaxMacs = 32 * 1024;
+
+// Projections (x W^T + b) with a weight its owner packed as W^T (a model, at
+// load time; see LinearView::weight_t) go to the kernel up to this many
+// multiply-adds on one thread: there oneDNN's fixed cost per call (about 2
+// µs for gemm:jit) is a large share of the math.
+constexpr int64_t kSmallLinearMaxMacs = 256 * 1024;
+
+// Weights up to this many elements are packed as W^T by models on tiers
+// with a kernel (memory: at most 1 MiB more per projection).
+constexpr int64_t kPackedWeightMaxElements = 256 * 1024;
 
 }  // namespace attn::internal

@@ -3,8 +3,11 @@
 // tests/bench/run_core_bench.sh prints the ratios.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <dnnl.hpp>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -12,6 +15,7 @@
 #include "attn/attention.h"
 #include "attn/cpu_info.h"
 #include "attn/half.h"
+#include "attn/model.h"
 #include "attn/threading.h"
 
 namespace {
@@ -68,8 +72,10 @@ void BM_Sdpa(benchmark::State& state) {
 // nn.MultiheadAttention-style self-attention, E=512, H=8, packed in_proj.
 // BM_MhaWeights also returns the head-averaged weights (PyTorch's default
 // need_weights=True), which takes the exact matmul-softmax-matmul path.
+// `as_model`: the weights are loaded as a model, as the server serves them
+// (which may also keep small weights as W^T: LinearView::weight_t).
 void RunMha(benchmark::State& state, bool need_weights, int64_t e = 512, int64_t h = 8,
-            int threads = 0) {
+            int threads = 0, bool as_model = false) {
   const int64_t b = state.range(0), l = state.range(1);
   auto x = Random(b * l * e, 1);
   auto in_proj = Random(3 * e * e, 2), in_bias = Random(3 * e, 3);
@@ -84,6 +90,24 @@ void RunMha(benchmark::State& state, bool need_weights, int64_t e = 512, int64_t
   pw.q = rows(0), pw.k = rows(1), pw.v = rows(2);
   pw.out = attn::LinearView{attn::TensorView::Dense(out_w.data(), {e, e}),
                             attn::TensorView::Dense(out_b.data(), {e})};
+  std::optional<attn::AttentionModel> model;
+  if (as_model) {
+    auto tensor = [](const std::vector<float>& v, attn::Shape shape) {
+      attn::Tensor t(std::move(shape));
+      std::copy(v.begin(), v.end(), t.data.begin());
+      return t;
+    };
+    std::map<std::string, attn::Tensor> tensors;
+    tensors.emplace("in_proj_weight", tensor(in_proj, {3 * e, e}));
+    tensors.emplace("in_proj_bias", tensor(in_bias, {3 * e}));
+    tensors.emplace("out_proj.weight", tensor(out_w, {e, e}));
+    tensors.emplace("out_proj.bias", tensor(out_b, {e}));
+    auto m = attn::AttentionModel::FromTensors("bench", attn::ModelKind::kMultiHeadAttention, h,
+                                               std::move(tensors));
+    if (!m.ok()) return state.SkipWithError(m.status().ToString().c_str());
+    model.emplace(std::move(*m));
+    pw = model->projections();
+  }
   attn::MultiHeadAttentionOptions opt;
   opt.num_heads = h;
   opt.need_weights = need_weights;
@@ -101,9 +125,10 @@ void RunMha(benchmark::State& state, bool need_weights, int64_t e = 512, int64_t
 
 void BM_Mha(benchmark::State& state) { RunMha(state, false); }
 void BM_MhaWeights(benchmark::State& state) { RunMha(state, true); }
-// The server benchmark's small request: E=64, 4 heads, on one thread (as the
-// server runs requests this small). Measures per-call overhead.
-void BM_MhaSmall(benchmark::State& state) { RunMha(state, false, 64, 4, 1); }
+// The server benchmark's small request: E=64, 4 heads, on one thread, with
+// the weights of a model (as the server runs requests this small).
+// Measures per-call overhead.
+void BM_MhaSmall(benchmark::State& state) { RunMha(state, false, 64, 4, 1, true); }
 
 // float32 <-> float16/bfloat16 on one thread, over 1M elements (4 MiB of
 // float32, 2 MiB of half: L2-resident on neither side, as a large call's

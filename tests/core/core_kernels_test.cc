@@ -143,7 +143,7 @@ TEST(Kernels, SmallMatmulOnlyOnTheAvx2Tier) {
             __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
 }
 
-TEST(Kernels, SmallMatmulMatchesFloat64AndStaysInItsRows) {
+TEST(Kernels, SmallMatmulMatchesFloat64WithAndWithoutBiasAndStaysInItsRows) {
   const SmallMatmulFn mm = SmallMatmulFor(IsaTier::kAvx2);
   if (mm == nullptr) GTEST_SKIP() << "no AVX2 + FMA on this CPU";
   std::mt19937 rng(5);
@@ -152,29 +152,36 @@ TEST(Kernels, SmallMatmulMatchesFloat64AndStaysInItsRows) {
   for (int64_t m : {1, 2, 3, 4, 5, 7, 16, 17}) {
     for (int64_t n : {1, 7, 8, 9, 15, 16, 17, 33}) {
       for (int64_t k : {1, 3, 16, 64}) {
-        SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k));
-        // Leading dims wider than the rows, as the strided heads of MHA are.
-        const int64_t lda = k + 3, ldb = n + 5, ldc = n + 2;
-        std::vector<float> a(static_cast<size_t>(m * lda)), b(static_cast<size_t>(k * ldb));
-        for (auto& x : a) x = dist(rng);
-        for (auto& x : b) x = dist(rng);
-        std::vector<float> c(static_cast<size_t>(m * ldc), kGuard);
-        mm(m, n, k, a.data(), lda, b.data(), ldb, c.data(), ldc);
-        for (int64_t i = 0; i < m; ++i) {
-          for (int64_t j = 0; j < ldc; ++j) {
-            const float got = c[static_cast<size_t>(i * ldc + j)];
-            if (j >= n) {
-              ASSERT_EQ(got, kGuard) << "wrote past column n at " << i << "," << j;
-              continue;
+        for (bool with_bias : {false, true}) {
+          SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) +
+                       (with_bias ? " + bias" : ""));
+          // Leading dims wider than the rows, as the strided heads of MHA are.
+          const int64_t lda = k + 3, ldb = n + 5, ldc = n + 2;
+          std::vector<float> a(static_cast<size_t>(m * lda)), b(static_cast<size_t>(k * ldb));
+          for (auto& x : a) x = dist(rng);
+          for (auto& x : b) x = dist(rng);
+          std::vector<float> bias(static_cast<size_t>(n));
+          for (auto& x : bias) x = dist(rng);
+          std::vector<float> c(static_cast<size_t>(m * ldc), kGuard);
+          mm(m, n, k, a.data(), lda, b.data(), ldb, with_bias ? bias.data() : nullptr, c.data(),
+             ldc);
+          for (int64_t i = 0; i < m; ++i) {
+            for (int64_t j = 0; j < ldc; ++j) {
+              const float got = c[static_cast<size_t>(i * ldc + j)];
+              if (j >= n) {
+                ASSERT_EQ(got, kGuard) << "wrote past column n at " << i << "," << j;
+                continue;
+              }
+              double want = with_bias ? bias[static_cast<size_t>(j)] : 0.0;
+              double mag = std::fabs(want);
+              for (int64_t p = 0; p < k; ++p) {
+                const double t = static_cast<double>(a[static_cast<size_t>(i * lda + p)]) *
+                                 b[static_cast<size_t>(p * ldb + j)];
+                want += t;
+                mag += std::fabs(t);
+              }
+              ASSERT_NEAR(got, want, 1e-6 * mag + 1e-30) << i << "," << j;
             }
-            double want = 0, mag = 0;
-            for (int64_t p = 0; p < k; ++p) {
-              const double t = static_cast<double>(a[static_cast<size_t>(i * lda + p)]) *
-                               b[static_cast<size_t>(p * ldb + j)];
-              want += t;
-              mag += std::fabs(t);
-            }
-            ASSERT_NEAR(got, want, 1e-6 * mag + 1e-30) << i << "," << j;
           }
         }
       }

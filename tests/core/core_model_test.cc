@@ -4,12 +4,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <random>
 #include <string>
 
+#include "attn/cpu_info.h"
 #include "attn/model.h"
 #include "attn/safetensors.h"
 #include "status_matchers.h"
@@ -252,6 +254,73 @@ TEST(Model, BuiltinDemoModelsAreDeterministicAndValid) {
   // output mapped to [-1/8, 1/8), computed independently in Python. A change
   // to the generator would silently change every demo model.
   EXPECT_FLOAT_EQ(a[0].projections().q.weight.f32()[0], 0.016640393f);
+}
+
+// On the AVX2 tier, models keep small weights as W^T too (LinearView::
+// weight_t: the small projections then skip oneDNN's fixed cost per call);
+// on the other tiers they keep none. W^T holds exactly W's values, and
+// attention through it matches attention through oneDNN on W.
+TEST(Model, SmallWeightsAreAlsoKeptTransposedOnTheAvx2TierOnly) {
+  const bool packs = KernelTier() == IsaTier::kAvx2;
+  SafetensorsFile seed;  // separate q, k, v weights (the seed's module)
+  seed.metadata = {{"kind", "multi_head_attention"}, {"num_heads", "2"}};
+  for (const char* p : {"q.", "k.", "v.", "out."}) {
+    seed.tensors.emplace(std::string(p) + "weight", Filled({8, 8}, 0.05f * (p[0] - 'a')));
+    seed.tensors.emplace(std::string(p) + "bias", Filled({8}, -0.1f));
+  }
+  std::vector<AttentionModel> models = BuiltinDemoModels();
+  for (SafetensorsFile* f : {&seed}) {
+    TempDir dir;
+    auto m =
+        AttentionModel::LoadSafetensors(dir.Write("seed.safetensors", SerializeSafetensors(*f)));
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    models.push_back(std::move(*m));
+  }
+  for (const AttentionModel& m : models) {
+    SCOPED_TRACE(m.info().name);
+    const ProjectionWeights& p = m.projections();
+    std::vector<const LinearView*> linears = {&p.q, &p.k, &p.v};
+    if (p.out) linears.push_back(&*p.out);
+    for (const LinearView* lin : linears) {
+      const int64_t out = lin->weight.shape[0], in = lin->weight.shape[1];
+      // Up to 256K elements are packed (demo-mha's [1536, 512] in_proj is
+      // not), the three rows of an in_proj_weight as one block.
+      const bool fused =
+          (!p.out || lin != &*p.out) &&
+          p.k.weight.f32() == p.q.weight.f32() + p.q.weight.shape[0] * p.q.weight.strides[0];
+      const bool small = (fused ? 3 : 1) * out * in <= 256 * 1024;
+      ASSERT_EQ(lin->weight_t.has_value(), packs && small);
+      if (!lin->weight_t) continue;
+      ASSERT_EQ(lin->weight_t->shape, (Shape{in, out}));
+      ASSERT_EQ(lin->weight_t->strides[1], 1);
+      for (int64_t r = 0; r < out; ++r) {
+        for (int64_t c = 0; c < in; ++c) {
+          ASSERT_EQ(lin->weight_t->f32()[c * lin->weight_t->strides[0] + r],
+                    lin->weight.f32()[r * lin->weight.strides[0] + c])
+              << r << "," << c;
+        }
+      }
+    }
+    if (m.info().kind != ModelKind::kMultiHeadAttention) continue;
+    const int64_t e = m.info().embed_dim;
+    Tensor x = Filled({2, 5, e}, -0.3f);
+    for (float& v : x.data) v = std::sin(7.0f * v);
+    ProjectionWeights plain = p;
+    for (LinearView* lin : {&plain.q, &plain.k, &plain.v}) lin->weight_t.reset();
+    if (plain.out) plain.out->weight_t.reset();
+    MultiHeadAttentionOptions opt;
+    opt.num_heads = m.info().num_heads;
+    opt.num_threads = 1;
+    auto got = MultiHeadAttention(p, x.view(), x.view(), x.view(), opt);
+    auto want = MultiHeadAttention(plain, x.view(), x.view(), x.view(), opt);
+    ASSERT_TRUE(got.ok() && want.ok());
+    ASSERT_EQ(got->output.shape, want->output.shape);
+    for (size_t i = 0; i < want->output.data.size(); ++i) {
+      ASSERT_NEAR(got->output.data[i], want->output.data[i],
+                  1e-5f * (1.0f + std::fabs(want->output.data[i])))
+          << i;
+    }
+  }
 }
 
 }  // namespace

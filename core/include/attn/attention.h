@@ -75,6 +75,11 @@ StatusOr<AttentionResult> ScaledDotProductAttention(
 struct LinearView {
   TensorView weight;
   std::optional<TensorView> bias;  // [out]
+  // Optional: the same weight packed as W^T, [in, out] with unit column
+  // stride (its owner made it once; models do for small layers on the AVX2
+  // tier). Tiny products then run on core's own kernel without oneDNN's
+  // fixed cost per call. Must hold exactly W's values.
+  std::optional<TensorView> weight_t = std::nullopt;
 };
 
 // Input projections, and an optional output projection.

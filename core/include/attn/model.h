@@ -64,6 +64,7 @@ class AttentionModel {
   ModelInfo info_;
   std::map<std::string, Tensor> tensors_;  // node-based: views stay valid on move
   ProjectionWeights projections_;
+  std::vector<Tensor> packed_;  // weights kept as W^T as well (weight_t)
 };
 
 // The built-in demo models, served when no model directory is given, one or
