@@ -46,7 +46,7 @@ const std::string* AuthorizationOf(grpc::CallbackServerContext* ctx, std::string
 class CallReactor final : public grpc::ServerUnaryReactor, public CallTransport {
  public:
   CallReactor(AttentionServiceImpl* service, Rpc rpc, grpc::CallbackServerContext* ctx,
-              int64_t bytes_in, const google::protobuf::MessageLite* resp)
+              int64_t bytes_in, const grpc::ByteBuffer* resp)
       : service_(service), rpc_(rpc), ctx_(ctx), bytes_in_(bytes_in), resp_(resp) {
     if (HeldMemory* h = service_->options().held) {
       peer_ = ctx->peer();
@@ -79,7 +79,7 @@ class CallReactor final : public grpc::ServerUnaryReactor, public CallTransport 
     }
     HeldMemory* held = service_->options().held;
     const int64_t bytes_out = st.ok() && (service_->options().metrics != nullptr || held != nullptr)
-                                  ? static_cast<int64_t>(resp_->ByteSizeLong())
+                                  ? static_cast<int64_t>(resp_->Length())
                                   : 0;
     grpc::CallbackServerContext* ctx = ctx_;
     service_->Completed(rpc_, call().get(), st, start(), began, bytes_in_, bytes_out,
@@ -102,8 +102,8 @@ class CallReactor final : public grpc::ServerUnaryReactor, public CallTransport 
   const Rpc rpc_;
   grpc::CallbackServerContext* const ctx_;
   const int64_t bytes_in_;
-  const google::protobuf::MessageLite* const resp_;
-  std::string peer_;  // with a HeldMemory only
+  const grpc::ByteBuffer* const resp_;  // the serialized answer
+  std::string peer_;                    // with a HeldMemory only
   int64_t held_ = 0;
 };
 
@@ -211,8 +211,7 @@ void AttentionServiceImpl::Dispatch(CallTransport* t, const std::string* authori
 }
 
 grpc::ServerUnaryReactor* AttentionServiceImpl::Serve(
-    Rpc rpc, grpc::CallbackServerContext* ctx, int64_t bytes_in,
-    const google::protobuf::MessageLite* resp,
+    Rpc rpc, grpc::CallbackServerContext* ctx, int64_t bytes_in, const grpc::ByteBuffer* resp,
     const std::function<Status(PreparedCall*)>& prepare) {
   auto* reactor = new CallReactor(this, rpc, ctx, bytes_in, resp);
   std::string storage;
@@ -251,28 +250,35 @@ template <typename Request, typename Prepare>
 grpc::ServerUnaryReactor* AttentionServiceImpl::Handle(Rpc rpc, grpc::CallbackServerContext* ctx,
                                                        const grpc::ByteBuffer* req,
                                                        grpc::ByteBuffer* resp, Prepare prepare) {
-  // The request (which the call's views point into) and the typed answer
-  // live as long as the call.
+  // The request (which the call's views point into, with its bytes when
+  // its tensors' data were not copied) and the answer live as long as the
+  // call.
   struct Messages {
     Request request;
+    grpc::Slice request_bytes;
+    wire::TensorData tensor_data;
     attention::v1::AttentionResponse response;
+    InPlaceOutput output;
   };
   auto messages = std::make_shared<Messages>();
-  const Status parsed = ParseRequest(*req, &messages->request);
+  const Status parsed = ParseRequestInPlace(*req, &messages->request, &messages->request_bytes,
+                                            &messages->tensor_data);
   const RequestLimits* limits = &options_.limits;
   const ModelRegistry* models = options_.models;
-  return Serve(
-      rpc, ctx, static_cast<int64_t>(req->Length()), &messages->response, [&](PreparedCall* call) {
-        ATTN_RETURN_IF_ERROR(parsed);  // after the token and admission
-        call->keep_alive = messages;
-        ATTN_RETURN_IF_ERROR(prepare(messages->request, *models, *limits, call));
-        call->output = IntoResponse(*call, &messages->response);
-        call->respond = [call, limits, m = messages.get(), resp](const AttentionResult& r) {
-          ATTN_RETURN_IF_ERROR(EncodeResponse(r, *call, *limits, &m->response));
-          return SerializeInto(m->response, resp);
-        };
-        return Status::Ok();
-      });
+  return Serve(rpc, ctx, static_cast<int64_t>(req->Length()), resp, [&](PreparedCall* call) {
+    ATTN_RETURN_IF_ERROR(parsed);  // after the token and admission
+    call->keep_alive = messages;
+    Messages* m = messages.get();
+    call->tensor_data = &m->tensor_data;
+    ATTN_RETURN_IF_ERROR(prepare(m->request, *models, *limits, call));
+    call->output = IntoResponse(*call, &m->output);
+    call->respond = [call, limits, m, resp](const AttentionResult& r) {
+      ATTN_RETURN_IF_ERROR(EncodeResponse(r, *call, *limits, &m->response));
+      return m->output.used() ? m->output.Serialize(m->response, resp)
+                              : SerializeInto(m->response, resp);
+    };
+    return Status::Ok();
+  });
 }
 
 grpc::ServerUnaryReactor* AttentionServiceImpl::Attention(grpc::CallbackServerContext* ctx,

@@ -120,9 +120,10 @@ class AttentionServiceImpl final : public RawAttentionService {
                 const std::function<Status(PreparedCall*)>& prepare);
 
   // A gRPC attention call on Dispatch: the reactor finishes the RPC and adds
-  // the timing trailer. `bytes_in` is the request's size, for metrics.
+  // the timing trailer. `bytes_in` is the request's size and `resp` the
+  // answer's bytes, which `prepare`'s respond fills, for metrics.
   grpc::ServerUnaryReactor* Serve(Rpc rpc, grpc::CallbackServerContext* ctx, int64_t bytes_in,
-                                  const google::protobuf::MessageLite* resp,
+                                  const grpc::ByteBuffer* resp,
                                   const std::function<Status(PreparedCall*)>& prepare);
 
   // A gRPC call that never reaches a CPU (metadata, readiness): token check

@@ -74,20 +74,20 @@ grpc::ServerUnaryReactor* OipServiceImpl::ModelInfer(grpc::CallbackServerContext
   auto messages = std::make_shared<Messages>();
   const Status parsed = ParseRequest(*req, &messages->request);
   const ServiceOptions& o = calls_->options();
-  return calls_->Serve(Rpc::kModelInfer, ctx, static_cast<int64_t>(req->Length()),
-                       &messages->response, [&](PreparedCall* call) {
-                         ATTN_RETURN_IF_ERROR(parsed);  // after the token and admission
-                         call->keep_alive = messages;
-                         Messages* m = messages.get();
-                         ATTN_RETURN_IF_ERROR(oip::PrepareInfer(m->request, *o.models, o.limits,
-                                                                call, &m->response));
-                         auto respond = std::move(call->respond);
-                         call->respond = [respond, m, resp](const AttentionResult& r) {
-                           ATTN_RETURN_IF_ERROR(respond(r));
-                           return SerializeInto(m->response, resp);
-                         };
-                         return Status::Ok();
-                       });
+  return calls_->Serve(
+      Rpc::kModelInfer, ctx, static_cast<int64_t>(req->Length()), resp, [&](PreparedCall* call) {
+        ATTN_RETURN_IF_ERROR(parsed);  // after the token and admission
+        call->keep_alive = messages;
+        Messages* m = messages.get();
+        ATTN_RETURN_IF_ERROR(
+            oip::PrepareInfer(m->request, *o.models, o.limits, call, &m->response));
+        auto respond = std::move(call->respond);
+        call->respond = [respond, m, resp](const AttentionResult& r) {
+          ATTN_RETURN_IF_ERROR(respond(r));
+          return SerializeInto(m->response, resp);
+        };
+        return Status::Ok();
+      });
 }
 
 }  // namespace attn::server

@@ -9,8 +9,10 @@
 #include <grpcpp/support/proto_buffer_reader.h>
 
 #include <string>
+#include <string_view>
 
 #include "attn/status.h"
+#include "wire/tensor_data.h"
 
 namespace attn::server {
 
@@ -23,6 +25,25 @@ Status ParseRequest(const grpc::ByteBuffer& in, T* msg) {
   if (msg->ParseFromZeroCopyStream(&reader)) return Status::Ok();
   return Status::InvalidArgument("request: " + std::to_string(in.Length()) +
                                  " bytes that are not a valid " + msg->GetTypeName() + " message");
+}
+
+// `in` parsed as a T, as ParseRequest, except that when `in` is one slice
+// the tensors' `data` bytes are not copied: `data` records where they lie
+// in `flat`, which keeps that slice (wire/tensor_data.h). gRPC hands over a
+// large message in many slices (a frame each); joining them would be the
+// same copy that protobuf makes, so those are parsed by protobuf.
+template <typename T>
+Status ParseRequestInPlace(const grpc::ByteBuffer& in, T* msg, grpc::Slice* flat,
+                           wire::TensorData* data) {
+  if (in.TrySingleSlice(flat).ok() &&
+      wire::ParseWithoutTensorData(
+          std::string_view(reinterpret_cast<const char*>(flat->begin()), flat->size()), msg,
+          data)) {
+    return Status::Ok();
+  }
+  data->Clear();
+  *flat = grpc::Slice();
+  return ParseRequest(in, msg);
 }
 
 template <typename T>

@@ -26,7 +26,7 @@ StatusOr<TensorView> Decode(const wire::WireTensor& t, const std::string& field,
 
 StatusOr<TensorView> Decode(const attention::v1::Tensor& t, const std::string& field,
                             DataType dtype, const RequestLimits& limits, PreparedCall* call) {
-  return Decode(wire::FromNative(t), field, dtype, limits, call);
+  return Decode(wire::FromNative(t, call->tensor_data), field, dtype, limits, call);
 }
 
 Status DecodeMasks(const CallRequest& req, const RequestLimits& limits, PreparedCall* call,
@@ -283,12 +283,13 @@ namespace {
 
 // The fields all three attention.v1 requests share.
 template <typename Request>
-CallRequest NativeShared(const Request& req, CallOp op) {
+CallRequest NativeShared(const Request& req, CallOp op, const PreparedCall& call) {
   CallRequest c;
   c.op = op;
   c.model = req.model();
-  if (req.has_key_padding_mask()) c.key_padding_mask = wire::FromNative(req.key_padding_mask());
-  if (req.has_attn_bias()) c.attn_bias = wire::FromNative(req.attn_bias());
+  if (req.has_key_padding_mask())
+    c.key_padding_mask = wire::FromNative(req.key_padding_mask(), call.tensor_data);
+  if (req.has_attn_bias()) c.attn_bias = wire::FromNative(req.attn_bias(), call.tensor_data);
   if (req.has_projections()) c.projections = &req.projections();
   c.causal = req.causal();
   c.return_weights = req.return_weights();
@@ -296,18 +297,18 @@ CallRequest NativeShared(const Request& req, CallOp op) {
 }
 
 template <typename Request>
-void NativeQueryKeyValue(const Request& req, CallRequest* c) {
-  if (req.has_query()) c->query = wire::FromNative(req.query());
-  if (req.has_key()) c->key = wire::FromNative(req.key());
-  if (req.has_value()) c->value = wire::FromNative(req.value());
+void NativeQueryKeyValue(const Request& req, const PreparedCall& call, CallRequest* c) {
+  if (req.has_query()) c->query = wire::FromNative(req.query(), call.tensor_data);
+  if (req.has_key()) c->key = wire::FromNative(req.key(), call.tensor_data);
+  if (req.has_value()) c->value = wire::FromNative(req.value(), call.tensor_data);
 }
 
 }  // namespace
 
 Status PrepareAttention(const attention::v1::AttentionRequest& req, const ModelRegistry& models,
                         const RequestLimits& limits, PreparedCall* call) {
-  CallRequest c = NativeShared(req, CallOp::kAttention);
-  NativeQueryKeyValue(req, &c);
+  CallRequest c = NativeShared(req, CallOp::kAttention, *call);
+  NativeQueryKeyValue(req, *call, &c);
   if (req.has_scale()) c.scale = req.scale();
   return PrepareCall(c, models, limits, call);
 }
@@ -315,10 +316,10 @@ Status PrepareAttention(const attention::v1::AttentionRequest& req, const ModelR
 Status PrepareCrossAttention(const attention::v1::CrossAttentionRequest& req,
                              const ModelRegistry& models, const RequestLimits& limits,
                              PreparedCall* call) {
-  CallRequest c = NativeShared(req, CallOp::kCrossAttention);
+  CallRequest c = NativeShared(req, CallOp::kCrossAttention, *call);
   c.query_field = "decoder", c.key_field = "encoder";
-  if (req.has_decoder()) c.query = wire::FromNative(req.decoder());
-  if (req.has_encoder()) c.key = wire::FromNative(req.encoder());
+  if (req.has_decoder()) c.query = wire::FromNative(req.decoder(), call->tensor_data);
+  if (req.has_encoder()) c.key = wire::FromNative(req.encoder(), call->tensor_data);
   if (req.has_scale()) c.scale = req.scale();
   return PrepareCall(c, models, limits, call);
 }
@@ -326,18 +327,18 @@ Status PrepareCrossAttention(const attention::v1::CrossAttentionRequest& req,
 Status PrepareMultiHeadAttention(const attention::v1::MultiHeadAttentionRequest& req,
                                  const ModelRegistry& models, const RequestLimits& limits,
                                  PreparedCall* call) {
-  CallRequest c = NativeShared(req, CallOp::kMultiHeadAttention);
-  NativeQueryKeyValue(req, &c);
+  CallRequest c = NativeShared(req, CallOp::kMultiHeadAttention, *call);
+  NativeQueryKeyValue(req, *call, &c);
   c.num_heads = req.num_heads();
   c.per_head_weights = req.per_head_weights();
   return PrepareCall(c, models, limits, call);
 }
 
-OutputAllocator IntoResponse(const PreparedCall& call, attention::v1::AttentionResponse* resp) {
+OutputAllocator IntoResponse(const PreparedCall& call, InPlaceOutput* out) {
   if (call.encoding != wire::Encoding::kData || call.output_type != wire::WireType::kFloat32) {
     return {};
   }
-  return [resp](const Shape& shape) { return wire::OutputBytes(shape, resp->mutable_output()); };
+  return [out](const Shape& shape) { return out->Allocate(shape); };
 }
 
 Status EncodeResponse(const AttentionResult& result, const PreparedCall& call,
@@ -350,7 +351,7 @@ Status EncodeResponse(const AttentionResult& result, const PreparedCall& call,
       static_cast<double>(elem) *
       static_cast<double>(output_elements + (result.weights ? result.weights->numel() : 0));
   ATTN_RETURN_IF_ERROR(CheckResponseBytes(bytes, limits));
-  // An output written through IntoResponse is in place: shape, dtype, bytes.
+  // An output written through IntoResponse is InPlaceOutput's to send.
   if (!(result.output.data.empty() && output_elements > 0)) {
     wire::EncodeTensor(result.output, call.output_type, call.encoding, resp->mutable_output());
   }

@@ -17,9 +17,11 @@
 #include "attention/v1/attention.pb.h"
 #include "attn/attention.h"
 #include "attn/status.h"
+#include "in_place_output.h"
 #include "model_registry.h"
 #include "request_limits.h"
 #include "wire/tensor_codec.h"
+#include "wire/tensor_data.h"
 
 namespace attn::server {
 
@@ -65,6 +67,9 @@ struct PreparedCall {
   // What the views point into when the front end owns it (the parsed
   // request of a raw gRPC method), held for the call's life.
   std::shared_ptr<void> keep_alive;
+  // attention.v1 parsed without copying tensor data: where each Tensor's
+  // bytes lie in the request (wire/tensor_data.h); null when copied.
+  const wire::TensorData* tensor_data = nullptr;
   // Storage behind the views (deque: stable addresses).
   std::deque<wire::DecodedTensor> tensors;
   ProjectionWeights projections;
@@ -88,12 +93,12 @@ Status PrepareMultiHeadAttention(const attention::v1::MultiHeadAttentionRequest&
                                  PreparedCall* call);
 
 // Where a call's output goes: with FLOAT32 `data`, core writes it straight
-// into resp.output's bytes (no copy after compute); otherwise empty (core
-// allocates, EncodeResponse converts).
-OutputAllocator IntoResponse(const PreparedCall& call, attention::v1::AttentionResponse* resp);
+// into `out`'s slice, which is sent as is (no copy after compute);
+// otherwise empty (core allocates, EncodeResponse converts).
+OutputAllocator IntoResponse(const PreparedCall& call, InPlaceOutput* out);
 
 // Fills `resp` from a finished call, floats as call.output_type (an output
-// already written through IntoResponse stays in place); RESOURCE_EXHAUSTED
+// written through IntoResponse is left out: InPlaceOutput sends it); RESOURCE_EXHAUSTED
 // if the encoded response would exceed the message limit.
 Status EncodeResponse(const AttentionResult& result, const PreparedCall& call,
                       const RequestLimits& limits, attention::v1::AttentionResponse* resp);

@@ -1,5 +1,6 @@
 // libFuzzer target over the server's whole request path, minus the network:
-// request bytes -> protobuf parse -> validation and limits (request_adapter)
+// request bytes -> parse (the server's, without copying tensor data, checked
+// against protobuf's own) -> validation and limits (request_adapter)
 // -> core on small shapes -> response encoding.
 //
 // Input: byte 0 picks the RPC: 0-2 attention.v1's Attention, CrossAttention,
@@ -11,22 +12,32 @@
 //
 // Invariants beyond "no crash, no sanitizer report":
 //   - the answer is never INTERNAL (that would be a bug, not bad input);
-//   - an OK answer has an output whose byte size matches its shape.
+//   - the in-place parse equals protobuf's parse, data put back;
+//   - an OK answer, as sent (in place) and parsed back, has an output whose
+//     byte size matches its shape.
 //
 // Built with clang (-DATTN_FUZZ=ON) as a libFuzzer binary; built with any
 // compiler, together with replay_main.cc, it replays files (the committed
 // corpus and regressions) in ordinary test runs.
+#include <google/protobuf/util/message_differencer.h>
+#include <grpcpp/support/byte_buffer.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "attention/v1/attention.pb.h"
 #include "model_registry.h"
 #include "oip_adapter.h"
 #include "oip_json.h"
 #include "request_adapter.h"
+#include "wire/tensor_data.h"
 
 namespace {
 
@@ -60,19 +71,67 @@ void Report(const attn::Status& st) {
   if (verbose) std::fprintf(stderr, "  %s\n", st.ok() ? "OK" : st.ToString().c_str());
 }
 
+// The request parsed without copying tensor data (the server's path) must
+// be the message protobuf parses, once its data are put back.
+template <typename Request>
+bool ParseInPlace(const uint8_t* data, size_t size, Request* req,
+                  attn::wire::TensorData* tensor_data) {
+  Request copied;
+  const bool parsed = copied.ParseFromArray(data, static_cast<int>(size));
+  const std::string_view bytes(reinterpret_cast<const char*>(data), size);
+  if (!attn::wire::ParseWithoutTensorData(bytes, req, tensor_data)) {
+    tensor_data->Clear();
+    req->Swap(&copied);
+    return parsed;
+  }
+  if (!parsed) Die("in-place parse", attn::Status::Internal("took what protobuf refuses"));
+  Request restored = *req;
+  // Each recorded Tensor's path in `req` is the same in `restored`: put the
+  // bytes back through reflection on both.
+  std::function<void(const google::protobuf::Message&, google::protobuf::Message*)> restore =
+      [&](const google::protobuf::Message& from, google::protobuf::Message* to) {
+        const auto* t = google::protobuf::DynamicCastToGenerated<attention::v1::Tensor>(&from);
+        if (t != nullptr) {
+          if (const std::string_view* d = tensor_data->Find(t)) {
+            static_cast<attention::v1::Tensor*>(to)->set_data(std::string(*d));
+          }
+          return;
+        }
+        std::vector<const google::protobuf::FieldDescriptor*> fields;
+        from.GetReflection()->ListFields(from, &fields);
+        for (const auto* f : fields) {
+          if (f->type() != google::protobuf::FieldDescriptor::TYPE_MESSAGE || f->is_repeated()) {
+            continue;
+          }
+          restore(from.GetReflection()->GetMessage(from, f),
+                  to->GetReflection()->MutableMessage(to, f));
+        }
+      };
+  restore(*req, &restored);
+  if (!google::protobuf::util::MessageDifferencer::Equals(restored, copied)) {
+    Die("in-place parse",
+        attn::Status::Internal("differs from protobuf's: " + restored.ShortDebugString() + " vs " +
+                               copied.ShortDebugString()));
+  }
+  return true;
+}
+
 template <typename Request, typename Prepare>
 void Run(const uint8_t* data, size_t size, Prepare prepare) {
   Request req;
-  if (!req.ParseFromArray(data, static_cast<int>(size))) {  // not a request
+  attn::wire::TensorData tensor_data;
+  if (!ParseInPlace(data, size, &req, &tensor_data)) {  // not a request
     return Report(attn::Status::InvalidArgument("not a parsable request"));
   }
   static const RequestLimits limits = SmallLimits();
   PreparedCall call;
+  call.tensor_data = &tensor_data;
   attn::Status st = prepare(req, Models(), limits, &call);
   if (st.code() == attn::StatusCode::kInternal) Die("prepare", st);
   if (!st.ok()) return Report(st);
   attention::v1::AttentionResponse resp;
-  auto out = call.compute(1, attn::server::IntoResponse(call, &resp));
+  attn::server::InPlaceOutput in_place;
+  auto out = call.compute(1, attn::server::IntoResponse(call, &in_place));
   if (!out.ok()) {
     if (out.status().code() == attn::StatusCode::kInternal) Die("compute", out.status());
     return Report(out.status());
@@ -80,6 +139,17 @@ void Run(const uint8_t* data, size_t size, Prepare prepare) {
   st = attn::server::EncodeResponse(*out, call, limits, &resp);
   if (st.code() == attn::StatusCode::kInternal) Die("encode", st);
   if (!st.ok()) return Report(st);
+  if (in_place.used()) {  // what goes on the wire, parsed back
+    grpc::ByteBuffer sent;
+    st = in_place.Serialize(resp, &sent);
+    if (!st.ok()) Die("in-place answer", st);
+    std::vector<grpc::Slice> slices;
+    if (!sent.Dump(&slices).ok()) Die("in-place answer", attn::Status::Internal("no slices"));
+    std::string wire;
+    for (const grpc::Slice& sl : slices)
+      wire.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+    if (!resp.ParseFromString(wire)) Die("in-place answer", attn::Status::Internal("unparsable"));
+  }
   int64_t n = 1;
   for (int64_t d : resp.output().shape()) n *= d;
   // Data in the answer's own type (float16/bfloat16 answers a half query

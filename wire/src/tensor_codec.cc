@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "attn/half.h"
+#include "wire/tensor_data.h"
 
 namespace attn::wire {
 namespace {
@@ -132,13 +133,14 @@ WireType FromOipDatatype(const std::string& datatype) {
   return WireType::kOther;
 }
 
-WireTensor FromNative(const attention::v1::Tensor& t) {
+WireTensor FromNative(const attention::v1::Tensor& t, const TensorData* data) {
   WireTensor w;
   w.type = FromNativeDataType(t.dtype());
   w.type_name = WireDataTypeName(t.dtype());
   w.shape.assign(t.shape().begin(), t.shape().end());
-  w.has_raw = !t.data().empty();
-  w.raw = t.data();
+  const std::string_view* recorded = data != nullptr ? data->Find(&t) : nullptr;
+  w.raw = recorded != nullptr ? *recorded : std::string_view(t.data());
+  w.has_raw = !w.raw.empty();
   w.floats = t.values().data();
   w.typed_count = t.values_size();
   return w;

@@ -69,8 +69,11 @@ struct DecodedTensor {
 Status DecodeTensor(const WireTensor& t, const std::string& field, DataType expected,
                     int64_t max_elements, DecodedTensor* out);
 
-// attention.v1.Tensor as a WireTensor.
-WireTensor FromNative(const attention::v1::Tensor& t);
+class TensorData;
+
+// attention.v1.Tensor as a WireTensor; with `data` (tensor_data.h), its
+// bytes are the ones recorded there when there are.
+WireTensor FromNative(const attention::v1::Tensor& t, const TensorData* data = nullptr);
 
 // DecodeTensor(FromNative(t), ...).
 Status DecodeTensor(const attention::v1::Tensor& t, const std::string& field, DataType expected,

@@ -1,0 +1,134 @@
+// ParseWithoutTensorData: the same message as protobuf's parse, with each
+// Tensor's `data` viewed where it lies in the input (not copied), and the
+// forms it leaves to protobuf refused rather than parsed differently.
+#include "wire/tensor_data.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <string_view>
+
+#include "attention/v1/attention.pb.h"
+#include "wire/tensor_codec.h"
+
+namespace attn::wire {
+namespace {
+
+using attention::v1::MultiHeadAttentionRequest;
+using attention::v1::Tensor;
+
+Tensor Make(std::initializer_list<int64_t> shape, const std::string& data) {
+  Tensor t;
+  for (int64_t d : shape) t.add_shape(d);
+  t.set_dtype(attention::v1::DATA_TYPE_FLOAT32);
+  t.set_data(data);
+  return t;
+}
+
+bool Inside(std::string_view part, const std::string& whole) {
+  return part.data() >= whole.data() && part.data() + part.size() <= whole.data() + whole.size();
+}
+
+// Every Tensor field of the request, top level and under projections.
+MultiHeadAttentionRequest FullRequest() {
+  MultiHeadAttentionRequest r;
+  *r.mutable_query() = Make({1, 2, 4}, std::string(32, 'q'));
+  *r.mutable_key() = Make({1, 3, 4}, std::string(48, 'k'));
+  *r.mutable_value() = Make({1, 3, 4}, std::string(48, 'v'));
+  r.set_num_heads(2);
+  r.set_model("m");
+  *r.mutable_projections()->mutable_q_weight() = Make({4, 4}, std::string(64, 'w'));
+  *r.mutable_projections()->mutable_out_bias() = Make({4}, std::string(16, 'b'));
+  r.set_causal(true);
+  r.mutable_key_padding_mask()->add_shape(3);
+  r.mutable_key_padding_mask()->set_dtype(attention::v1::DATA_TYPE_BOOL);
+  r.mutable_key_padding_mask()->set_data(std::string("\1\0\1", 3));
+  r.mutable_attn_bias()->add_shape(2);
+  r.mutable_attn_bias()->add_values(0.5f);  // typed values: copied, as protobuf does
+  r.mutable_attn_bias()->add_values(-1.0f);
+  return r;
+}
+
+TEST(TensorData, SameMessageAsProtobufWithDataViewedInPlace) {
+  const MultiHeadAttentionRequest sent = FullRequest();
+  std::string bytes = sent.SerializeAsString();
+  bytes += std::string("\xa0\x06\x07", 3);  // unknown field 100 = 7: kept, as protobuf keeps it
+  MultiHeadAttentionRequest want;
+  ASSERT_TRUE(want.ParseFromString(bytes));
+
+  MultiHeadAttentionRequest got;
+  TensorData data;
+  ASSERT_TRUE(ParseWithoutTensorData(bytes, &got, &data));
+  EXPECT_EQ(data.size(), 6u);  // query, key, value, q_weight, out_bias, key_padding_mask
+  const Tensor* tensors[] = {&got.query(),
+                             &got.key(),
+                             &got.value(),
+                             &got.projections().q_weight(),
+                             &got.projections().out_bias(),
+                             &got.key_padding_mask()};
+  const Tensor* expected[] = {&want.query(),
+                              &want.key(),
+                              &want.value(),
+                              &want.projections().q_weight(),
+                              &want.projections().out_bias(),
+                              &want.key_padding_mask()};
+  for (int i = 0; i < 6; ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_TRUE(tensors[i]->data().empty());  // not copied into the message
+    const std::string_view* d = data.Find(tensors[i]);
+    ASSERT_NE(d, nullptr);
+    EXPECT_TRUE(Inside(*d, bytes));
+    EXPECT_EQ(*d, expected[i]->data());
+    // FromNative views the recorded bytes.
+    const WireTensor w = FromNative(*tensors[i], &data);
+    EXPECT_TRUE(w.has_raw);
+    EXPECT_EQ(w.raw.data(), d->data());
+    EXPECT_EQ(w.shape, Shape(expected[i]->shape().begin(), expected[i]->shape().end()));
+  }
+  EXPECT_EQ(data.Find(&got.attn_bias()), nullptr);
+  EXPECT_EQ(FromNative(got.attn_bias(), &data).typed_count, 2);
+  // Put back, the data make protobuf's message, unknown field included.
+  for (int i = 0; i < 6; ++i)
+    const_cast<Tensor*>(tensors[i])->set_data(std::string(*data.Find(tensors[i])));
+  EXPECT_EQ(got.SerializeAsString(), want.SerializeAsString());
+}
+
+TEST(TensorData, FormsProtobufMergesAreLeftToProtobuf) {
+  const std::string one = FullRequest().SerializeAsString();
+  MultiHeadAttentionRequest msg;
+  TensorData data;
+  // A Tensor field sent twice (protobuf merges the two).
+  MultiHeadAttentionRequest q;
+  *q.mutable_query() = Make({1, 1, 4}, std::string(16, 'x'));
+  EXPECT_FALSE(ParseWithoutTensorData(one + q.SerializeAsString(), &msg, &data));
+  // A `data` field sent twice inside one Tensor (the last wins).
+  Tensor t = Make({1, 1, 4}, std::string(16, 'a'));
+  const std::string twice =
+      t.SerializeAsString() + Make({}, std::string(16, 'b')).SerializeAsString();
+  std::string req = std::string("\x0a", 1) + static_cast<char>(twice.size()) + twice;
+  ASSERT_LT(twice.size(), 128u);
+  MultiHeadAttentionRequest want;
+  ASSERT_TRUE(want.ParseFromString(req));
+  EXPECT_EQ(want.query().data(), std::string(16, 'b'));
+  EXPECT_FALSE(ParseWithoutTensorData(req, &msg, &data));
+}
+
+TEST(TensorData, MalformedBytesAreRefusedLikeProtobuf) {
+  const std::string good = FullRequest().SerializeAsString();
+  MultiHeadAttentionRequest msg, want;
+  TensorData data;
+  for (size_t cut = 1; cut < good.size(); cut += 7) {  // truncations
+    const std::string part = good.substr(0, cut);
+    if (want.ParseFromString(part)) continue;  // a field boundary: still a message
+    EXPECT_FALSE(ParseWithoutTensorData(part, &msg, &data)) << cut;
+  }
+  EXPECT_FALSE(ParseWithoutTensorData(
+      std::string("\x0a\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff", 11), &msg, &data));  // bad varint
+  EXPECT_FALSE(ParseWithoutTensorData(std::string("\x0b", 1), &msg, &data));           // a group
+  EXPECT_FALSE(ParseWithoutTensorData(std::string("\x00\x01", 2), &msg, &data));       // field 0
+  EXPECT_TRUE(ParseWithoutTensorData(std::string(), &msg, &data));  // empty: valid
+  EXPECT_EQ(data.size(), 0u);
+}
+
+}  // namespace
+}  // namespace attn::wire

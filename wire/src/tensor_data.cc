@@ -1,0 +1,194 @@
+#include "wire/tensor_data.h"
+
+#include <google/protobuf/descriptor.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace attn::wire {
+namespace {
+
+using google::protobuf::Descriptor;
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+
+// attention.v1 nests Tensors at most two deep (request.projections.q_weight).
+constexpr int kMaxDepth = 4;
+constexpr uint32_t kTensorDataField = 3;  // attention.v1.Tensor.data
+constexpr int kLengthDelimited = 2;
+
+bool ReadVarint(const char** p, const char* end, uint64_t* v) {
+  uint64_t r = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    if (*p == end) return false;
+    const auto b = static_cast<uint8_t>(*(*p)++);
+    r |= static_cast<uint64_t>(b & 0x7f) << shift;
+    if ((b & 0x80) == 0) {
+      *v = r;
+      return true;
+    }
+  }
+  return false;
+}
+
+void AppendVarint(uint64_t v, std::string* out) {
+  for (; v >= 0x80; v >>= 7) out->push_back(static_cast<char>(v | 0x80));
+  out->push_back(static_cast<char>(v));
+}
+
+// One field as sent: [start, end) in all, its payload from `payload` (for a
+// length-delimited field, after the length).
+struct Field {
+  const char* start = nullptr;
+  const char* payload = nullptr;
+  const char* end = nullptr;
+  uint32_t number = 0;
+  int wire_type = 0;
+};
+
+// The field at *p; false when it is malformed, truncated or a group.
+bool NextField(const char** p, const char* end, Field* f) {
+  f->start = *p;
+  uint64_t tag = 0, n = 0;
+  if (!ReadVarint(p, end, &tag) || tag > UINT32_MAX || (tag >> 3) == 0) return false;
+  f->number = static_cast<uint32_t>(tag >> 3);
+  f->wire_type = static_cast<int>(tag & 7);
+  f->payload = *p;
+  switch (f->wire_type) {
+    case 0:
+      if (!ReadVarint(p, end, &n)) return false;
+      break;
+    case 1:
+    case 5:
+      n = f->wire_type == 1 ? 8 : 4;
+      if (static_cast<uint64_t>(end - *p) < n) return false;
+      *p += n;
+      break;
+    case kLengthDelimited:
+      if (!ReadVarint(p, end, &n) || n > static_cast<uint64_t>(end - *p)) return false;
+      f->payload = *p;
+      *p += n;
+      break;
+    default:
+      return false;
+  }
+  f->end = *p;
+  return true;
+}
+
+const Descriptor* TensorType() { return attention::v1::Tensor::descriptor(); }
+
+// True when messages of type `d` hold a Tensor, directly or deeper.
+bool HoldsTensors(const Descriptor* d, int depth) {
+  if (depth > kMaxDepth) return false;
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FieldDescriptor* f = d->field(i);
+    if (f->type() != FieldDescriptor::TYPE_MESSAGE || f->is_repeated()) continue;
+    if (f->message_type() == TensorType() || HoldsTensors(f->message_type(), depth + 1)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// A Tensor's data, and the fields that lead to that Tensor from the top.
+struct Pending {
+  const FieldDescriptor* path[kMaxDepth + 1] = {};
+  int depth = 0;
+  std::string_view bytes;
+};
+
+class Stripper {
+ public:
+  // Appends the fields of the `d` message in [p, end) to `out`, without the
+  // Tensors' data, which go to pending_.
+  bool Strip(const Descriptor* d, const char* p, const char* end, std::string* out) {
+    uint64_t seen = 0;  // message fields (numbers below 64) already met here
+    while (p < end) {
+      Field f;
+      if (!NextField(&p, end, &f)) return false;
+      const FieldDescriptor* fd = f.wire_type == kLengthDelimited
+                                      ? d->FindFieldByNumber(static_cast<int>(f.number))
+                                      : nullptr;
+      const bool message = fd != nullptr && fd->type() == FieldDescriptor::TYPE_MESSAGE &&
+                           !fd->is_repeated() && depth_ < kMaxDepth;
+      const bool tensor = message && fd->message_type() == TensorType();
+      if (!tensor && !(message && HoldsTensors(fd->message_type(), depth_ + 1))) {
+        out->append(f.start, f.end);
+        continue;
+      }
+      // A message field sent twice is merged by protobuf: left to it.
+      if (f.number >= 64 || ((seen >> f.number) & 1) != 0) return false;
+      seen |= uint64_t{1} << f.number;
+      path_[depth_++] = fd;
+      std::string inner;
+      const bool ok = tensor ? StripTensor(f.payload, f.end, &inner)
+                             : Strip(fd->message_type(), f.payload, f.end, &inner);
+      --depth_;
+      if (!ok) return false;
+      AppendVarint((uint64_t{f.number} << 3) | kLengthDelimited, out);
+      AppendVarint(inner.size(), out);
+      out->append(inner);
+    }
+    return true;
+  }
+
+  std::vector<Pending>& pending() { return pending_; }
+
+ private:
+  bool StripTensor(const char* p, const char* end, std::string* out) {
+    bool found = false;
+    while (p < end) {
+      Field f;
+      if (!NextField(&p, end, &f)) return false;
+      if (f.number != kTensorDataField || f.wire_type != kLengthDelimited) {
+        out->append(f.start, f.end);
+        continue;
+      }
+      if (found) return false;  // the last would win: left to protobuf
+      found = true;
+      Pending pd;
+      std::copy(path_, path_ + depth_, pd.path);
+      pd.depth = depth_;
+      pd.bytes = std::string_view(f.payload, static_cast<size_t>(f.end - f.payload));
+      pending_.push_back(pd);
+    }
+    return true;
+  }
+
+  const FieldDescriptor* path_[kMaxDepth + 1] = {};
+  int depth_ = 0;
+  std::vector<Pending> pending_;
+};
+
+}  // namespace
+
+const std::string_view* TensorData::Find(const attention::v1::Tensor* t) const {
+  for (const auto& [tensor, bytes] : spans_) {
+    if (tensor == t) return &bytes;
+  }
+  return nullptr;
+}
+
+bool ParseWithoutTensorData(std::string_view bytes, Message* msg, TensorData* data) {
+  data->Clear();
+  Stripper stripper;
+  std::string skeleton;
+  skeleton.reserve(64);
+  if (!stripper.Strip(msg->GetDescriptor(), bytes.data(), bytes.data() + bytes.size(), &skeleton) ||
+      !msg->ParseFromString(skeleton)) {
+    return false;
+  }
+  for (const Pending& pd : stripper.pending()) {
+    const Message* m = msg;
+    for (int i = 0; i < pd.depth; ++i) m = &m->GetReflection()->GetMessage(*m, pd.path[i]);
+    const auto* tensor = google::protobuf::DynamicCastToGenerated<attention::v1::Tensor>(m);
+    if (tensor == nullptr) return false;
+    data->Add(tensor, pd.bytes);
+  }
+  return true;
+}
+
+}  // namespace attn::wire
