@@ -184,9 +184,18 @@ StatusOr<MhaPlan> PlanMha(const ProjectionWeights& w, const TensorView& query,
   ATTN_RETURN_IF_ERROR(internal::ResolveMasks(opt.masks, unbatched, &p));
   // Every buffer is at most a product of these checked shapes.
   const int64_t eo = w.out.has_value() ? w.out->weight.shape[0] : ev;
-  for (const Shape& s : {Shape{batch, lq, 3 * std::max(e, ev)}, Shape{batch, lk, e + ev},
-                         Shape{batch, lq, eo}, Shape{batch, h, lq, lk}}) {
-    auto n = CheckedNumElements(s, "attention buffers");
+  // (One Shape and one name for the four checks: a small call plans twice,
+  // and these allocations were a visible share of its cost.)
+  static const std::string kBuffers = "attention buffers";
+  const int64_t buffers[4][4] = {{batch, lq, 3 * std::max(e, ev), 1},
+                                 {batch, lk, e + ev, 1},
+                                 {batch, lq, eo, 1},
+                                 {batch, h, lq, lk}};
+  Shape s;
+  s.reserve(4);
+  for (const auto& dims : buffers) {
+    s.assign(dims, dims + 4);
+    auto n = CheckedNumElements(s, kBuffers);
     if (!n.ok()) return n.status();
   }
 

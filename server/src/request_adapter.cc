@@ -14,18 +14,21 @@ std::string Num(double v) {
   return buf;
 }
 
-// Decodes `t` into the call's storage and returns its view.
-StatusOr<TensorView> Decode(const wire::WireTensor& t, const std::string& field, DataType dtype,
-                            const RequestLimits& limits, PreparedCall* call) {
+// Decodes `t` into the call's storage and returns its view, which lives as
+// long as the call (a deque: stable addresses).
+StatusOr<const TensorView*> Decode(const wire::WireTensor& t, const std::string& field,
+                                   DataType dtype, const RequestLimits& limits,
+                                   PreparedCall* call) {
   call->tensors.emplace_back();
   wire::DecodedTensor& d = call->tensors.back();
   ATTN_RETURN_IF_ERROR(wire::DecodeTensor(t, field, dtype, limits.max_tensor_elements, &d));
   call->fields.push_back(field);
-  return d.view;
+  return &d.view;
 }
 
-StatusOr<TensorView> Decode(const attention::v1::Tensor& t, const std::string& field,
-                            DataType dtype, const RequestLimits& limits, PreparedCall* call) {
+StatusOr<const TensorView*> Decode(const attention::v1::Tensor& t, const std::string& field,
+                                   DataType dtype, const RequestLimits& limits,
+                                   PreparedCall* call) {
   return Decode(wire::FromNative(t, call->tensor_data), field, dtype, limits, call);
 }
 
@@ -35,12 +38,12 @@ Status DecodeMasks(const CallRequest& req, const RequestLimits& limits, Prepared
   if (req.key_padding_mask) {
     auto m = Decode(*req.key_padding_mask, "key_padding_mask", DataType::kBool, limits, call);
     if (!m.ok()) return m.status();
-    masks->key_padding_mask = *m;
+    masks->key_padding_mask = **m;
   }
   if (req.attn_bias) {
     auto m = Decode(*req.attn_bias, "attn_bias", DataType::kFloat32, limits, call);
     if (!m.ok()) return m.status();
-    masks->attn_bias = *m;
+    masks->attn_bias = **m;
   }
   return Status::Ok();
 }
@@ -48,7 +51,8 @@ Status DecodeMasks(const CallRequest& req, const RequestLimits& limits, Prepared
 // query, and key + value (both or neither: query alone is self-attention).
 // The response takes the query's encoding and float type.
 Status DecodeQueryKeyValue(const CallRequest& req, const RequestLimits& limits, PreparedCall* call,
-                           TensorView* query, TensorView* key, TensorView* value) {
+                           const TensorView** query, const TensorView** key,
+                           const TensorView** value) {
   const std::string qf = req.query_field, kf = req.key_field;
   if (!req.query) return Status::InvalidArgument(qf + ": required");
   const bool cross = req.op == CallOp::kCrossAttention;
@@ -95,7 +99,7 @@ Status ResolveProjections(const std::string& model, const Projections* inline_we
                               "' (available: " + models.Names() + ")");
     }
     call->model = model;
-    call->projections = m->projections();
+    call->weights = &m->projections();
     out->present = true;
     out->num_heads = m->info().num_heads;
     return Status::Ok();
@@ -115,12 +119,12 @@ Status ResolveProjections(const std::string& model, const Projections* inline_we
     }
     auto wv = Decode(w, wf, DataType::kFloat32, limits, call);
     if (!wv.ok()) return wv.status();
-    LinearView lin{*wv, std::nullopt};
-    if (wv->rank() == 2) elements += wv->shape[0] * wv->shape[1];
+    LinearView lin{**wv, std::nullopt};
+    if ((*wv)->rank() == 2) elements += (*wv)->shape[0] * (*wv)->shape[1];
     if (has_b) {
       auto bv = Decode(b, bf, DataType::kFloat32, limits, call);
       if (!bv.ok()) return bv.status();
-      lin.bias = *bv;
+      lin.bias = **bv;
     }
     *dst = lin;
     return Status::Ok();
@@ -142,6 +146,7 @@ Status ResolveProjections(const std::string& model, const Projections* inline_we
         std::to_string(limits.max_projection_elements) + " (--max-projection-elements)");
   }
   call->projections = {*q, *k, *v, o};
+  call->weights = &call->projections;
   out->present = true;
   return Status::Ok();
 }
@@ -176,18 +181,19 @@ Status CheckLimits(const AttentionCost& c, const RequestLimits& l) {
 }
 
 // Plans a multi-head (or single-head, projected) call and checks its cost.
-Status PrepareMha(const TensorView& q, const TensorView& k, const TensorView& v,
+// The views point into the call's storage, which outlives the compute.
+Status PrepareMha(const TensorView* q, const TensorView* k, const TensorView* v,
                   MultiHeadAttentionOptions opt, const RequestLimits& limits, PreparedCall* call) {
-  auto cost = EstimateMultiHeadAttention(call->projections, q, k, v, opt);
+  const ProjectionWeights* w = call->weights;
+  auto cost = EstimateMultiHeadAttention(*w, *q, *k, *v, opt);
   if (!cost.ok()) return cost.status();
   ATTN_RETURN_IF_ERROR(CheckLimits(*cost, limits));
   call->cost = *cost;
-  const ProjectionWeights* w = &call->projections;
   opt.cancelled = &call->cancelled;
   call->compute = [w, q, k, v, opt](int threads, OutputAllocator output) mutable {
     opt.num_threads = threads;
     opt.output_allocator = std::move(output);
-    return MultiHeadAttention(*w, q, k, v, opt);
+    return MultiHeadAttention(*w, *q, *k, *v, opt);
   };
   return Status::Ok();
 }
@@ -216,7 +222,7 @@ std::string PreparedCall::Shapes() const {
 
 Status PrepareCall(const CallRequest& req, const ModelRegistry& models, const RequestLimits& limits,
                    PreparedCall* call) {
-  TensorView q, k, v;
+  const TensorView *q = nullptr, *k = nullptr, *v = nullptr;
   ATTN_RETURN_IF_ERROR(DecodeQueryKeyValue(req, limits, call, &q, &k, &v));
   AttentionMasks masks;
   ATTN_RETURN_IF_ERROR(DecodeMasks(req, limits, call, &masks));
@@ -266,7 +272,7 @@ Status PrepareCall(const CallRequest& req, const ModelRegistry& models, const Re
   opt.masks = masks;
   opt.scale = req.scale;
   opt.need_weights = req.return_weights;
-  auto cost = EstimateScaledDotProductAttention(q, k, v, opt);
+  auto cost = EstimateScaledDotProductAttention(*q, *k, *v, opt);
   if (!cost.ok()) return cost.status();
   ATTN_RETURN_IF_ERROR(CheckLimits(*cost, limits));
   call->cost = *cost;
@@ -274,7 +280,7 @@ Status PrepareCall(const CallRequest& req, const ModelRegistry& models, const Re
   call->compute = [q, k, v, opt](int threads, OutputAllocator output) mutable {
     opt.num_threads = threads;
     opt.output_allocator = std::move(output);
-    return ScaledDotProductAttention(q, k, v, opt);
+    return ScaledDotProductAttention(*q, *k, *v, opt);
   };
   return Status::Ok();
 }

@@ -72,7 +72,10 @@ struct PreparedCall {
   const wire::TensorData* tensor_data = nullptr;
   // Storage behind the views (deque: stable addresses).
   std::deque<wire::DecodedTensor> tensors;
-  ProjectionWeights projections;
+  ProjectionWeights projections;  // inline weights (views into the request)
+  // The projections the call applies: a model's (not copied) or
+  // `projections` above; null for none.
+  const ProjectionWeights* weights = nullptr;
 
   // "query[2, 5, 64] key[2, 7, 64]": built only when a log line needs it.
   std::string Shapes() const;
