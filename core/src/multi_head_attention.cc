@@ -29,6 +29,16 @@ Status ValidateLinear(const LinearView& lin, const std::string& name) {
     return Status::InvalidArgument(name + "_weight: dims must be positive, got " +
                                    ShapeToString(lin.weight.shape));
   }
+  if (lin.weight_t.has_value()) {
+    const TensorView& t = *lin.weight_t;
+    ATTN_RETURN_IF_ERROR(internal::ValidateFloatView(t, name + "_weight_t", 2, 2));
+    if (t.shape[0] != lin.weight.shape[1] || t.shape[1] != lin.weight.shape[0] ||
+        t.strides[1] != 1 || t.strides[0] < t.shape[1]) {
+      return Status::InvalidArgument(name + "_weight_t: must be row-major [in, out] = " +
+                                     ShapeToString({lin.weight.shape[1], lin.weight.shape[0]}) +
+                                     ", got shape " + ShapeToString(t.shape));
+    }
+  }
   if (lin.bias.has_value()) {
     ATTN_RETURN_IF_ERROR(internal::ValidateFloatView(*lin.bias, name + "_bias", 1, 1));
     if (lin.bias->shape[0] != lin.weight.shape[0]) {
@@ -68,7 +78,7 @@ void RunLinear(const float* x, int64_t m, int64_t in, int64_t ldx, const LinearW
   const int threads = flops < internal::kSerialFlops ? 1 : max_threads;
   static const internal::SmallMatmulFn small = internal::SmallMatmulFor(KernelTier());
   if (w.weight_t != nullptr && small != nullptr && threads == 1 &&
-      m * in * out <= internal::kSmallLinearMaxMacs) {
+      flops <= 2.0 * static_cast<double>(internal::kSmallLinearMaxMacs)) {
     small(m, out, in, x, ldx, w.weight_t, w.ldwt, bias, y, ldy);
     return;
   }

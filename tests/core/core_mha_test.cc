@@ -314,6 +314,11 @@ TEST(MhaErrors, MessagesNameTheField) {
   bad.out->weight.strides = {8, 1};
   ExpectInvalid(MultiHeadAttention(bad, x, k, v, opt),
                 "out_weight: in_features must equal v_weight's out_features (16), got 8");
+  // A caller's W^T (LinearView::weight_t) must be W's shape transposed.
+  bad = f.pw;
+  bad.k.weight_t = TensorView::Dense(f.key.data(), {16, 12});
+  ExpectInvalid(MultiHeadAttention(bad, x, k, v, opt),
+                "k_weight_t: must be row-major [in, out] = [12, 16], got shape [16, 12]");
   opt.scale = NAN;
   ExpectInvalid(MultiHeadAttention(f.pw, x, k, v, opt), "scale: must be finite");
 }
