@@ -130,5 +130,25 @@ TEST(TensorData, MalformedBytesAreRefusedLikeProtobuf) {
   EXPECT_EQ(data.size(), 0u);
 }
 
+// OutputPrefix + the data + the other fields are the bytes protobuf writes
+// for the whole answer, for empty-to-large data (varint lengths of 1-3
+// bytes) and with or without weights after it.
+TEST(TensorData, OutputPrefixFramesDataAsProtobufDoes) {
+  for (const Shape& shape : {Shape{1}, Shape{2, 3}, Shape{1, 16, 64}, Shape{8, 512, 64}}) {
+    for (bool with_weights : {false, true}) {
+      SCOPED_TRACE(ShapeToString(shape) + (with_weights ? " + weights" : ""));
+      std::string data(static_cast<size_t>(NumElements(shape)) * 4, '\0');
+      for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7);
+      attention::v1::AttentionResponse rest;
+      if (with_weights) *rest.mutable_weights() = Make({2, 2}, std::string(16, 'w'));
+      attention::v1::AttentionResponse whole = rest;
+      *whole.mutable_output() = Make({}, data);
+      whole.mutable_output()->mutable_shape()->Add(shape.begin(), shape.end());
+      EXPECT_EQ(OutputPrefix(shape, data.size()) + data + rest.SerializeAsString(),
+                whole.SerializeAsString());
+    }
+  }
+}
+
 }  // namespace
 }  // namespace attn::wire

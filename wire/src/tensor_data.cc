@@ -1,6 +1,7 @@
 #include "wire/tensor_data.h"
 
 #include <google/protobuf/descriptor.h>
+#include <google/protobuf/io/coded_stream.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -34,8 +35,13 @@ bool ReadVarint(const char** p, const char* end, uint64_t* v) {
 }
 
 void AppendVarint(uint64_t v, std::string* out) {
-  for (; v >= 0x80; v >>= 7) out->push_back(static_cast<char>(v | 0x80));
-  out->push_back(static_cast<char>(v));
+  uint8_t buf[10];  // a varint64 takes at most 10 bytes
+  const uint8_t* end = google::protobuf::io::CodedOutputStream::WriteVarint64ToArray(v, buf);
+  out->append(reinterpret_cast<const char*>(buf), static_cast<size_t>(end - buf));
+}
+
+void AppendTag(uint32_t field, std::string* out) {
+  AppendVarint((uint64_t{field} << 3) | kLengthDelimited, out);
 }
 
 // One field as sent: [start, end) in all, its payload from `payload` (for a
@@ -128,7 +134,7 @@ class Stripper {
                              : Strip(fd->message_type(), f.payload, f.end, &inner);
       --depth_;
       if (!ok) return false;
-      AppendVarint((uint64_t{f.number} << 3) | kLengthDelimited, out);
+      AppendTag(f.number, out);
       AppendVarint(inner.size(), out);
       out->append(inner);
     }
@@ -170,6 +176,24 @@ const std::string_view* TensorData::Find(const attention::v1::Tensor* t) const {
     if (tensor == t) return &bytes;
   }
   return nullptr;
+}
+
+std::string OutputPrefix(const Shape& shape, uint64_t data_bytes) {
+  attention::v1::Tensor head;  // the fields before `data`, as protobuf writes them
+  head.mutable_shape()->Add(shape.begin(), shape.end());
+  head.set_dtype(attention::v1::DATA_TYPE_FLOAT32);
+  const std::string head_bytes = head.SerializeAsString();
+  const uint64_t tensor_bytes = head_bytes.size() + 1 +
+                                google::protobuf::io::CodedOutputStream::VarintSize64(data_bytes) +
+                                data_bytes;
+  std::string out;
+  out.reserve(head_bytes.size() + 24);
+  AppendTag(attention::v1::AttentionResponse::kOutputFieldNumber, &out);
+  AppendVarint(tensor_bytes, &out);
+  out += head_bytes;
+  AppendTag(kTensorDataField, &out);
+  AppendVarint(data_bytes, &out);
+  return out;
 }
 
 bool ParseWithoutTensorData(std::string_view bytes, Message* msg, TensorData* data) {

@@ -1,4 +1,6 @@
-// Parsing an attention.v1 message without copying its tensors' `data`.
+// attention.v1 tensor data that protobuf never copies: requests parsed
+// without copying their tensors' `data`, and answers framed around data that
+// lies elsewhere.
 //
 // protobuf copies every bytes field it parses: a request's tensors would be
 // copied once more before core reads them. ParseWithoutTensorData parses
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "attention/v1/attention.pb.h"
+#include "attn/tensor.h"
 
 namespace attn::wire {
 
@@ -41,5 +44,13 @@ class TensorData {
 // merges; groups); parse those with protobuf itself.
 bool ParseWithoutTensorData(std::string_view bytes, google::protobuf::Message* msg,
                             TensorData* data);
+
+// The bytes of an attention.v1.AttentionResponse up to its output's data:
+// the output field's header, the output Tensor's shape and FLOAT32 dtype,
+// and the header of a `data` field of `data_bytes` bytes. Followed by those
+// bytes (and then the response's other fields, serialized), they are the
+// message protobuf would write: an answer whose data never passes through
+// protobuf.
+std::string OutputPrefix(const Shape& shape, uint64_t data_bytes);
 
 }  // namespace attn::wire
