@@ -45,4 +45,9 @@ struct AttentionProblem {
 // Extra memory is O(block sizes), independent of Lq and Lk. Throws nothing.
 Status RunBlockedAttention(const AttentionProblem& problem, const std::atomic<bool>* cancelled);
 
+// True when the q, k and v weights are consecutive row ranges of one
+// [3E, in] weight, as nn.MultiheadAttention's in_proj_weight is (biases
+// aside): one matmul can project all three (multi_head_attention.cc).
+bool QkvWeightRowsFollow(const ProjectionWeights& w);
+
 }  // namespace attn::internal

@@ -192,11 +192,8 @@ void PackSmallWeights(ProjectionWeights* p, std::vector<Tensor>* storage) {
   };
   // nn.MultiheadAttention's in_proj_weight: q, k and v are consecutive rows
   // of one [3E, E] weight, projected by one matmul: one [E, 3E] W^T.
-  const int64_t e = p->q.weight.shape[0], ld = p->q.weight.strides[0];
-  const bool fused = p->k.weight.shape == p->q.weight.shape &&
-                     p->v.weight.shape == p->q.weight.shape &&
-                     p->k.weight.f32() == p->q.weight.f32() + e * ld &&
-                     p->v.weight.f32() == p->k.weight.f32() + e * ld;
+  const int64_t e = p->q.weight.shape[0];
+  const bool fused = internal::QkvWeightRowsFollow(*p);
   if (fused) {
     const int64_t in = p->q.weight.shape[1];
     if (const float* t = pack(p->q.weight, 3 * e)) {

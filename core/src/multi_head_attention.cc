@@ -120,14 +120,12 @@ bool SameView(const TensorView& a, const TensorView& b) {
 // bias), as nn.MultiheadAttention's in_proj_weight is: one matmul then
 // projects all three.
 bool PackedInProjection(const ProjectionWeights& w) {
-  const int64_t e = w.q.weight.shape[0], ld = w.q.weight.strides[0];
-  auto rows_follow = [&](const LinearView& a, const LinearView& b) {
-    return b.weight.shape[0] == e && b.weight.shape[1] == a.weight.shape[1] &&
-           b.weight.strides[0] == ld && b.weight.f32() == a.weight.f32() + e * ld &&
-           a.bias.has_value() == b.bias.has_value() &&
+  const int64_t e = w.q.weight.shape[0];
+  auto bias_follows = [e](const LinearView& a, const LinearView& b) {
+    return a.bias.has_value() == b.bias.has_value() &&
            (!a.bias.has_value() || b.bias->f32() == a.bias->f32() + e);
   };
-  return rows_follow(w.q, w.k) && rows_follow(w.k, w.v);
+  return internal::QkvWeightRowsFollow(w) && bias_follows(w.q, w.k) && bias_follows(w.k, w.v);
 }
 
 // Everything MultiHeadAttention decides before touching data: validation,
@@ -326,6 +324,15 @@ StatusOr<AttentionResult> Mha(const ProjectionWeights& w, const TensorView& quer
 }
 
 }  // namespace
+
+bool internal::QkvWeightRowsFollow(const ProjectionWeights& w) {
+  const int64_t e = w.q.weight.shape[0], ld = w.q.weight.strides[0];
+  auto rows_follow = [&](const LinearView& a, const LinearView& b) {
+    return b.weight.shape[0] == e && b.weight.shape[1] == a.weight.shape[1] &&
+           b.weight.strides[0] == ld && b.weight.f32() == a.weight.f32() + e * ld;
+  };
+  return rows_follow(w.q, w.k) && rows_follow(w.k, w.v);
+}
 
 StatusOr<AttentionResult> MultiHeadAttention(const ProjectionWeights& weights,
                                              const TensorView& query, const TensorView& key,
