@@ -210,16 +210,6 @@ Status DecodeTensor(const WireTensor& t, const std::string& field, DataType expe
   return Status::Ok();
 }
 
-float* OutputBytes(const Shape& shape, attention::v1::Tensor* dst) {
-  dst->Clear();
-  dst->mutable_shape()->Add(shape.begin(), shape.end());
-  dst->set_dtype(attention::v1::DATA_TYPE_FLOAT32);
-  std::string* bytes = dst->mutable_data();
-  bytes->resize(static_cast<size_t>(NumElements(shape)) *
-                sizeof(float));  // zero fill: half a copy's traffic
-  return reinterpret_cast<float*>(bytes->data());
-}
-
 void NarrowInto(const float* src, int64_t n, WireType type, char* dst) {
   if (n <= 0) return;  // an empty tensor's data may be null
   if (IsHalf(type)) {

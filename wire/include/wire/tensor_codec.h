@@ -79,10 +79,6 @@ WireTensor FromNative(const attention::v1::Tensor& t, const TensorData* data = n
 Status DecodeTensor(const attention::v1::Tensor& t, const std::string& field, DataType expected,
                     int64_t max_elements, DecodedTensor* out);
 
-// Makes `dst` a FLOAT32 tensor of `shape` (already validated) in `data`
-// encoding, and returns its bytes for the values to be written into.
-float* OutputBytes(const Shape& shape, attention::v1::Tensor* dst);
-
 // Writes `n` float32 `src` values into `dst` as `type` (kFloat32, or a half
 // type rounded to nearest even); `dst` holds n * WireTypeBytes(type) bytes.
 void NarrowInto(const float* src, int64_t n, WireType type, char* dst);
