@@ -8,8 +8,12 @@
 #   4. rows 2 and 3 against a Python grpcio + PyTorch 1.13 server
 # Rows 1 and 2 alternate for ROUNDS rounds (default 5) and the medians count:
 # on a 2-CPU VM where the client shares the CPUs, one 10 s run varies by up
-# to 35% with where the scheduler puts the threads. Both servers get 2
-# threads. Writes OUT_DIR/*.json and OUT_DIR/server_bench.md.
+# to 35% with where the scheduler puts the threads. Row 3 runs LARGE_ROUNDS
+# rounds (default 3), each sweep between two in-process runs, and its ratio is
+# the median round's: the VM's speed drifts by ~6% within minutes, so an
+# in-process rate taken once, minutes away from the sweep, moved the ratio by
+# as much. Both servers get 2 threads. Writes OUT_DIR/*.json and
+# OUT_DIR/server_bench.md.
 #   tests/bench/run_server_bench.sh [BUILD_DIR] [OUT_DIR] [SECONDS]
 # ATTN_MAX_ISA=avx2 (or portable) runs the server and the in-process rows on
 # that tier, and PyTorch on the same one (tiers.sh); default: the CPU's best.
@@ -44,16 +48,25 @@ for round in $(seq 1 "${ROUNDS:-5}"); do
   bench "health_$round" "$port" --op health --concurrency 32
   bench "small_$round" "$port" --op mha --model demo-mha-small --seq-q 16 --concurrency 32
 done
-bench large "$port" --op mha --model demo-mha --batch 8 --seq-q 512 --concurrency 1,2,3,4
-kill $spid; wait $spid 2>/dev/null || true
-inprocess() {  # name [LD_PRELOAD]
-  LD_PRELOAD=${2:-} "$build/bin/attention-core-bench" --benchmark_filter='BM_Mha/B:8/L:512/' \
-    --benchmark_min_time=3 --benchmark_out="$out/$1.json" --benchmark_out_format=json >&2
-}
-inprocess inprocess
-rm -f "$out/inprocess_tcmalloc.json"
+# Row 3: in-process, sweep, in-process, sweep, ... in-process (the server
+# idles while the in-process runs go).
 tcmalloc=$(ldconfig -p | awk '/libtcmalloc_minimal.so.4 / {lib = $NF} END {print lib}')
-[ -n "$tcmalloc" ] && inprocess inprocess_tcmalloc "$tcmalloc"
+inprocess() {  # round: inprocess_N.json (glibc malloc), inprocess_tcmalloc_N.json
+  echo "== inprocess_$1" >&2
+  "$build/bin/attention-core-bench" --benchmark_filter='BM_Mha/B:8/L:512/' --benchmark_min_time=2 \
+    --benchmark_out="$out/inprocess_$1.json" --benchmark_out_format=json >/dev/null
+  [ -z "$tcmalloc" ] || LD_PRELOAD=$tcmalloc "$build/bin/attention-core-bench" \
+    --benchmark_filter='BM_Mha/B:8/L:512/' --benchmark_min_time=2 \
+    --benchmark_out="$out/inprocess_tcmalloc_$1.json" --benchmark_out_format=json >/dev/null
+}
+rm -f "$out"/large*.json "$out"/inprocess*.json
+large_rounds=${LARGE_ROUNDS:-3}
+for round in $(seq 1 "$large_rounds"); do
+  inprocess "$round"
+  bench "large_$round" "$port" --op mha --model demo-mha --batch 8 --seq-q 512 --concurrency 1,2,3,4
+done
+inprocess $((large_rounds + 1))
+kill $spid; wait $spid 2>/dev/null || true
 
 if /usr/bin/python3 -c "import torch, grpc" 2>/dev/null; then
   stubs=$(mktemp -d)
