@@ -131,7 +131,7 @@ def main():
         per_round = [f"{h['levels'][0]['rps']:.0f} / {s['levels'][0]['rps']:.0f}"
                      for h, s in zip(health, small)]
         print(f"\nRows 1 / 2 by round (req/s), the median shown above: {'; '.join(per_round)}.")
-    sweeps = [(f"large (round {r[0]})", r[1]) for r in sorted(large)]
+    sweeps = [(f"large (round {r[0]})" if len(large) > 1 else "large", r[1]) for r in sorted(large)]
     for name, report in sweeps + [("torch_large", reports["torch_large"])]:
         if report and len(report["levels"]) > 1:
             levels = ", ".join(f"c={l['concurrency']}: {l['gflops']:.1f} GFLOP/s"
