@@ -10,7 +10,7 @@
 # on a 2-CPU VM where the client shares the CPUs, one 10 s run varies by up
 # to 35% with where the scheduler puts the threads. Row 3 runs LARGE_ROUNDS
 # rounds (default 3), each sweep between two in-process runs, and its ratio is
-# the median round's: the VM's speed drifts by ~6% within minutes, so an
+# the median round's: the VM's speed drifts by 5-10% within minutes, so an
 # in-process rate taken once, minutes away from the sweep, moved the ratio by
 # as much. Both servers get 2 threads. Writes OUT_DIR/*.json and
 # OUT_DIR/server_bench.md.
