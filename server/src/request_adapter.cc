@@ -80,9 +80,9 @@ Status DecodeQueryKeyValue(const CallRequest& req, const RequestLimits& limits, 
   return Status::Ok();
 }
 
-// Projections from a named model or from the request (never both).
+// Projections from a named model or from the request (never both): points
+// call->weights at them (null: none); `out` says what else the model fixes.
 struct ResolvedProjections {
-  bool present = false;
   int64_t num_heads = 0;  // the model's; 0 for inline weights
 };
 
@@ -100,7 +100,6 @@ Status ResolveProjections(const std::string& model, const Projections* inline_we
     }
     call->model = model;
     call->weights = &m->projections();
-    out->present = true;
     out->num_heads = m->info().num_heads;
     return Status::Ok();
   }
@@ -147,7 +146,6 @@ Status ResolveProjections(const std::string& model, const Projections* inline_we
   }
   call->projections = {*q, *k, *v, o};
   call->weights = &call->projections;
-  out->present = true;
   return Status::Ok();
 }
 
@@ -230,7 +228,7 @@ Status PrepareCall(const CallRequest& req, const ModelRegistry& models, const Re
   ATTN_RETURN_IF_ERROR(ResolveProjections(req.model, req.projections, models, limits, call, &proj));
   const char* rpc = req.op == CallOp::kCrossAttention ? "CrossAttention" : "Attention";
   if (req.op == CallOp::kMultiHeadAttention) {
-    if (!proj.present) {
+    if (call->weights == nullptr) {
       return Status::InvalidArgument(
           "model or projections: MultiHeadAttention needs one (the in/out projection weights)");
     }
@@ -255,11 +253,11 @@ Status PrepareCall(const CallRequest& req, const ModelRegistry& models, const Re
     opt.average_weights = !req.per_head_weights;
     return PrepareMha(q, k, v, opt, limits, call);
   }
-  if (req.op == CallOp::kCrossAttention && !proj.present) {
+  if (req.op == CallOp::kCrossAttention && call->weights == nullptr) {
     return Status::InvalidArgument(
         "model or projections: CrossAttention needs one (the query, key and value weights)");
   }
-  if (proj.present) {
+  if (call->weights != nullptr) {
     ATTN_RETURN_IF_ERROR(SingleHeadOnly(proj, req.model, rpc));
     MultiHeadAttentionOptions opt;
     opt.num_heads = 1;
