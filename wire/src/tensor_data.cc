@@ -182,17 +182,14 @@ std::string OutputPrefix(const Shape& shape, uint64_t data_bytes) {
   attention::v1::Tensor head;  // the fields before `data`, as protobuf writes them
   head.mutable_shape()->Add(shape.begin(), shape.end());
   head.set_dtype(attention::v1::DATA_TYPE_FLOAT32);
-  const std::string head_bytes = head.SerializeAsString();
-  const uint64_t tensor_bytes = head_bytes.size() + 1 +
-                                google::protobuf::io::CodedOutputStream::VarintSize64(data_bytes) +
-                                data_bytes;
+  std::string tensor_head = head.SerializeAsString();
+  AppendTag(kTensorDataField, &tensor_head);
+  AppendVarint(data_bytes, &tensor_head);
   std::string out;
-  out.reserve(head_bytes.size() + 24);
+  out.reserve(tensor_head.size() + 12);
   AppendTag(attention::v1::AttentionResponse::kOutputFieldNumber, &out);
-  AppendVarint(tensor_bytes, &out);
-  out += head_bytes;
-  AppendTag(kTensorDataField, &out);
-  AppendVarint(data_bytes, &out);
+  AppendVarint(tensor_head.size() + data_bytes, &out);
+  out += tensor_head;
   return out;
 }
 
