@@ -7,6 +7,8 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "attention/v1/attention.pb.h"
 #include "wire/tensor_codec.h"
@@ -128,6 +130,88 @@ TEST(TensorData, MalformedBytesAreRefusedLikeProtobuf) {
   EXPECT_FALSE(ParseWithoutTensorData(std::string("\x00\x01", 2), &msg, &data));       // field 0
   EXPECT_TRUE(ParseWithoutTensorData(std::string(), &msg, &data));  // empty: valid
   EXPECT_EQ(data.size(), 0u);
+}
+
+// The varints this parse drops or rewrites (a Tensor-holding field's tag and
+// length, a Tensor's `data` tag and length) take protobuf's limits: a tag in
+// at most 5 bytes, a length in at most 5 bytes below 2^31. An overlong
+// encoding past those limits (the fuzzer's 53-byte input had a 6-byte length
+// on `projections`) is refused as protobuf refuses it; within them, the
+// same message comes out.
+std::string Varint(uint64_t v, int bytes) {  // v in exactly `bytes` bytes (padded)
+  std::string out;
+  for (int i = 0; i < bytes; ++i) {
+    uint8_t b = static_cast<uint8_t>(v & 0x7f);
+    v >>= 7;
+    if (i + 1 < bytes) b |= 0x80;
+    out.push_back(static_cast<char>(b));
+  }
+  return out;
+}
+
+TEST(TensorData, OverlongVarintsAreJudgedAsProtobufJudgesThem) {
+  const std::string tensor = Make({1, 1, 4}, std::string(16, 'q')).SerializeAsString();
+  ASSERT_LT(tensor.size(), 128u);
+  const std::string data_payload(16, 'q');
+  // A Tensor whose `data` tag or length is padded to `tb` / `lb` bytes.
+  auto padded_tensor = [&](int tb, int lb) {
+    Tensor head = Make({1, 1, 4}, "");
+    return head.SerializeAsString() + Varint((3 << 3) | 2, tb) + Varint(16, lb) + data_payload;
+  };
+  struct Case {
+    const char* what;
+    std::string bytes;
+  };
+  std::vector<Case> cases;
+  for (int n = 1; n <= 11; ++n) {
+    // AttentionRequest.query (field 1): its tag, its length.
+    cases.push_back({"query tag", Varint((1 << 3) | 2, n) + Varint(tensor.size(), 1) + tensor});
+    cases.push_back({"query length", Varint((1 << 3) | 2, 1) + Varint(tensor.size(), n) + tensor});
+    // projections (field 5), empty and holding a q_weight.
+    cases.push_back({"projections length, empty", Varint((5 << 3) | 2, 1) + Varint(0, n)});
+    const std::string qw = Varint((1 << 3) | 2, 1) + Varint(tensor.size(), 1) + tensor;
+    cases.push_back({"projections tag", Varint((5 << 3) | 2, n) + Varint(qw.size(), 1) + qw});
+    cases.push_back({"q_weight length", Varint((5 << 3) | 2, 1) +
+                                            Varint(qw.size() + n - 1, 1) +
+                                            Varint((1 << 3) | 2, 1) + Varint(tensor.size(), n) +
+                                            tensor});
+    // The query's `data` tag and length.
+    for (const auto& [tb, lb] : {std::pair{n, 1}, std::pair{1, n}}) {
+      const std::string t = padded_tensor(tb, lb);
+      cases.push_back({"data tag/length", Varint((1 << 3) | 2, 1) + Varint(t.size(), 1) + t});
+    }
+  }
+  // A length at the 5-byte limit whose fifth byte says 2^31 or more.
+  cases.push_back({"2 GiB length", std::string("\x0a\xff\xff\xff\xff\x0f", 6) + tensor});
+  // A tag whose fifth byte has bits past 32 (protobuf drops them).
+  cases.push_back({"tag past 32 bits", std::string("\x8a\x80\x80\x80\x10", 5) +
+                                           Varint(tensor.size(), 1) + tensor});
+  int accepted = 0, refused = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.what) + ", " + std::to_string(c.bytes.size()) + " bytes");
+    attention::v1::AttentionRequest want, got;
+    TensorData data;
+    const bool protobuf_parses = want.ParseFromString(c.bytes);
+    if (!ParseWithoutTensorData(c.bytes, &got, &data)) {
+      ++refused;  // refused here: the server parses with protobuf instead
+      continue;
+    }
+    ++accepted;
+    ASSERT_TRUE(protobuf_parses) << "taken here, refused by protobuf";
+    std::vector<Tensor*> tensors;  // those present: mutable_* would add the others
+    if (got.has_query()) tensors.push_back(got.mutable_query());
+    if (got.has_projections() && got.projections().has_q_weight()) {
+      tensors.push_back(got.mutable_projections()->mutable_q_weight());
+    }
+    for (Tensor* t : tensors) {
+      if (const std::string_view* d = data.Find(t)) t->set_data(std::string(*d));
+    }
+    EXPECT_EQ(got.SerializeAsString(), want.SerializeAsString());
+  }
+  // Both sides of the limits were met: padded forms within them are parsed
+  // in place; those past them refused.
+  EXPECT_GT(accepted, 20);
+  EXPECT_GT(refused, 20);
 }
 
 // OutputPrefix + the data + the other fields are the bytes protobuf writes

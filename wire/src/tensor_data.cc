@@ -20,12 +20,18 @@ constexpr int kMaxDepth = 4;
 constexpr uint32_t kTensorDataField = 3;  // attention.v1.Tensor.data
 constexpr int kLengthDelimited = 2;
 
-bool ReadVarint(const char** p, const char* end, uint64_t* v) {
+// A varint of at most `max_bytes` bytes. protobuf reads each kind of varint
+// with its own limit, and the parse here must refuse whatever protobuf
+// refuses among the bytes it drops or rewrites (a Tensor's `data` tag and
+// length, a Tensor-holding field's tag and length): an overlong encoding
+// accepted here would be written back canonically, and protobuf would then
+// parse a message it refuses in the original.
+bool ReadVarint(const char** p, const char* end, int max_bytes, uint64_t* v) {
   uint64_t r = 0;
-  for (int shift = 0; shift < 64; shift += 7) {
+  for (int i = 0; i < max_bytes; ++i) {
     if (*p == end) return false;
     const auto b = static_cast<uint8_t>(*(*p)++);
-    r |= static_cast<uint64_t>(b & 0x7f) << shift;
+    r |= static_cast<uint64_t>(b & 0x7f) << (7 * i);
     if ((b & 0x80) == 0) {
       *v = r;
       return true;
@@ -33,6 +39,15 @@ bool ReadVarint(const char** p, const char* end, uint64_t* v) {
   }
   return false;
 }
+
+// protobuf 3.21 (parse_context.h) reads a tag as a varint32 of at most 5
+// bytes (ReadTag: a sixth byte is an error; bits past 32 are dropped, which
+// is refused here: left to protobuf), a length as one of at most 5 bytes
+// below 2^31 - 16 (ReadSize), and a value as a varint64 of at most 10 bytes.
+constexpr int kMaxTagBytes = 5;
+constexpr int kMaxSizeBytes = 5;
+constexpr int kMaxVarintBytes = 10;
+constexpr uint64_t kMaxSize = uint64_t{INT32_MAX} - 16;  // ParseContext::kSlopBytes
 
 void AppendVarint(uint64_t v, std::string* out) {
   uint8_t buf[10];  // a varint64 takes at most 10 bytes
@@ -58,13 +73,15 @@ struct Field {
 bool NextField(const char** p, const char* end, Field* f) {
   f->start = *p;
   uint64_t tag = 0, n = 0;
-  if (!ReadVarint(p, end, &tag) || tag > UINT32_MAX || (tag >> 3) == 0) return false;
+  if (!ReadVarint(p, end, kMaxTagBytes, &tag) || tag > UINT32_MAX || (tag >> 3) == 0) {
+    return false;
+  }
   f->number = static_cast<uint32_t>(tag >> 3);
   f->wire_type = static_cast<int>(tag & 7);
   f->payload = *p;
   switch (f->wire_type) {
     case 0:
-      if (!ReadVarint(p, end, &n)) return false;
+      if (!ReadVarint(p, end, kMaxVarintBytes, &n)) return false;
       break;
     case 1:
     case 5:
@@ -73,7 +90,10 @@ bool NextField(const char** p, const char* end, Field* f) {
       *p += n;
       break;
     case kLengthDelimited:
-      if (!ReadVarint(p, end, &n) || n > static_cast<uint64_t>(end - *p)) return false;
+      if (!ReadVarint(p, end, kMaxSizeBytes, &n) || n > kMaxSize ||
+          n > static_cast<uint64_t>(end - *p)) {
+        return false;
+      }
       f->payload = *p;
       *p += n;
       break;
