@@ -4,7 +4,9 @@
 #   tests/run.sh                 release build + ASan/UBSan build, all tests (on an
 #                                AVX-512 machine the release tests run twice: again
 #                                with the AVX2 tier forced, ATTN_MAX_ISA=avx2), then
-#                                FUZZ_SECONDS (default 60) of libFuzzer (clang-14)
+#                                FUZZ_SECONDS (default 60) of libFuzzer (clang-14) over the
+#                                whole request path and PARSE_FUZZ_SECONDS (default 30) over
+#                                the in-place parse against protobuf's,
 #                                and a SOAK_SECONDS (default 60) soak (tests/scripts/soak.sh)
 #   tests/run.sh --no-sanitize   release build only (no ASan/UBSan build, no fuzzing)
 #   tests/run.sh --no-fuzz       skip the fuzzing
@@ -31,7 +33,7 @@ for arg in "$@"; do
     --no-fuzz) fuzz=0 ;;
     --no-soak) soak=0 ;;
     --all) all=1 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "tests/run.sh: unknown option '$arg' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -78,15 +80,20 @@ if [ "$fuzz" = 1 ]; then
   echo "== configure $fuzz_dir (clang-14, libFuzzer, ASan+UBSan)"
   CC=clang-14 CXX=clang++-14 cmake -S . -B "$fuzz_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DATTN_FUZZ=ON -DATTN_OPENMP=OFF -DATTN_BUILD_TESTS=OFF -DATTN_BUILD_BENCHMARKS=OFF >/dev/null
-  cmake --build "$fuzz_dir" -j"$jobs" --target request_fuzzer
-  new_inputs=$(mktemp -d)
-  echo "== fuzz ${FUZZ_SECONDS:-60} s"
-  "$fuzz_dir/bin/request_fuzzer" "$new_inputs" tests/fuzz/corpus tests/fuzz/regressions \
-    -max_total_time="${FUZZ_SECONDS:-60}" -max_len=65536 -timeout=10 -rss_limit_mb=4096 \
-    -artifact_prefix="$fuzz_dir/" -print_final_stats=1 2>"$fuzz_dir/fuzz.log" \
-    || { tail -60 "$fuzz_dir/fuzz.log"; echo "FAIL: the fuzzer found a crash (see above)"; exit 1; }
-  grep -E "^(Done|stat::number_of_executed_units|stat::new_units_added)" "$fuzz_dir/fuzz.log" || true
-  rm -rf "$new_inputs"
+  cmake --build "$fuzz_dir" -j"$jobs" --target request_fuzzer parse_fuzzer
+  fuzz_one() {  # target seconds max_len
+    local new_inputs log="$fuzz_dir/$1.log"
+    new_inputs=$(mktemp -d)
+    echo "== fuzz $1 $2 s"
+    "$fuzz_dir/bin/$1" "$new_inputs" tests/fuzz/corpus tests/fuzz/regressions \
+      -max_total_time="$2" -max_len="$3" -timeout=10 -rss_limit_mb=4096 \
+      -artifact_prefix="$fuzz_dir/" -print_final_stats=1 2>"$log" \
+      || { tail -60 "$log"; echo "FAIL: $1 found a crash (see above)"; exit 1; }
+    grep -E "^(Done|stat::number_of_executed_units|stat::new_units_added)" "$log" || true
+    rm -rf "$new_inputs"
+  }
+  fuzz_one request_fuzzer "${FUZZ_SECONDS:-60}" 65536
+  fuzz_one parse_fuzzer "${PARSE_FUZZ_SECONDS:-30}" 4096
 fi
 if [ "$soak" = 1 ]; then
   echo "== soak ${SOAK_SECONDS:-60} s (tests/scripts/soak.sh)"

@@ -36,6 +36,7 @@
 #include "oip_adapter.h"
 #include "oip_json.h"
 #include "request_adapter.h"
+#include "parse_check.h"
 #include "wire/tensor_data.h"
 
 namespace {
@@ -58,62 +59,14 @@ RequestLimits SmallLimits() {
   return l;
 }
 
-[[noreturn]] void Die(const char* what, const attn::Status& st) {
-  std::fprintf(stderr, "request_fuzzer: %s: %s\n", what, st.ToString().c_str());
-  std::abort();
-}
+using attn_fuzz::Die;
+using attn_fuzz::ParseInPlace;
 
 // ATTN_FUZZ_VERBOSE=1: one line per input with its outcome (to check that
 // the corpus reaches compute).
 void Report(const attn::Status& st) {
   static const bool verbose = std::getenv("ATTN_FUZZ_VERBOSE") != nullptr;
   if (verbose) std::fprintf(stderr, "  %s\n", st.ok() ? "OK" : st.ToString().c_str());
-}
-
-// The request parsed without copying tensor data (the server's path) must
-// be the message protobuf parses, once its data are put back.
-template <typename Request>
-bool ParseInPlace(const uint8_t* data, size_t size, Request* req,
-                  attn::wire::TensorData* tensor_data) {
-  Request copied;
-  const bool parsed = copied.ParseFromArray(data, static_cast<int>(size));
-  const std::string_view bytes(reinterpret_cast<const char*>(data), size);
-  if (!attn::wire::ParseWithoutTensorData(bytes, req, tensor_data)) {
-    tensor_data->Clear();
-    req->Swap(&copied);
-    return parsed;
-  }
-  if (!parsed) Die("in-place parse", attn::Status::Internal("took what protobuf refuses"));
-  Request restored = *req;
-  // Each recorded Tensor's path in `req` is the same in `restored`: put the
-  // bytes back through reflection on both.
-  std::function<void(const google::protobuf::Message&, google::protobuf::Message*)> restore =
-      [&](const google::protobuf::Message& from, google::protobuf::Message* to) {
-        const auto* t = google::protobuf::DynamicCastToGenerated<attention::v1::Tensor>(&from);
-        if (t != nullptr) {
-          if (const std::string_view* d = tensor_data->Find(t)) {
-            static_cast<attention::v1::Tensor*>(to)->set_data(std::string(*d));
-          }
-          return;
-        }
-        std::vector<const google::protobuf::FieldDescriptor*> fields;
-        from.GetReflection()->ListFields(from, &fields);
-        for (const auto* f : fields) {
-          if (f->type() != google::protobuf::FieldDescriptor::TYPE_MESSAGE || f->is_repeated()) {
-            continue;
-          }
-          restore(from.GetReflection()->GetMessage(from, f),
-                  to->GetReflection()->MutableMessage(to, f));
-        }
-      };
-  restore(*req, &restored);
-  // Compared as bytes: a NaN among the values equals itself there.
-  if (restored.SerializeAsString() != copied.SerializeAsString()) {
-    Die("in-place parse",
-        attn::Status::Internal("differs from protobuf's: " + restored.ShortDebugString() + " vs " +
-                               copied.ShortDebugString()));
-  }
-  return true;
 }
 
 template <typename Request, typename Prepare>
