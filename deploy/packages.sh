@@ -7,6 +7,9 @@ BUILD_PACKAGES=(g++ make cmake libdnnl-dev ocl-icd-opencl-dev
   libcpp-httplib-dev pkg-config libtcmalloc-minimal4 libabsl-dev libyaml-cpp-dev)
 # tests/run.sh's fuzzing stage: clang with libFuzzer and the sanitizer runtimes.
 FUZZ_PACKAGES=(clang-14 libclang-rt-14-dev)
+# The benchmarks' PyTorch baselines (tests/bench/torch_blas.py): installed by
+# run_core_bench.sh and run_server_bench.sh when they find python3-torch.
+TORCH_BENCH_PACKAGES=(libopenblas0-pthread)
 TEST_PACKAGES=(libgtest-dev libbenchmark-dev python3-grpcio python3-grpc-tools python3-numpy yamllint openssl
   curl python3-h2 chromium)
 

@@ -18,7 +18,11 @@ shift $(($# < 2 ? $# : 2))
 mkdir -p "$out"
 
 . "$here/tiers.sh"
+. "$here/../../deploy/packages.sh"
 tiers=("$@")
+# torch on Debian runs whatever libblas.so.3 points at: OpenBLAS, not the
+# reference BLAS (torch_blas.py).
+if /usr/bin/python3 -c "import torch" 2>/dev/null; then ensure_packages "${TORCH_BENCH_PACKAGES[@]}"; fi
 [ ${#tiers[@]} -eq 0 ] && mapfile -t tiers < <(cpu_tiers)
 
 for tier in "${tiers[@]}"; do
@@ -30,9 +34,12 @@ for tier in "${tiers[@]}"; do
     --benchmark_out="$out/core_bench_$tier.json" --benchmark_out_format=json
   torch_json=""
   if /usr/bin/python3 -c "import torch" 2>/dev/null; then
-    env -u OPENBLAS_L2_SIZE $torch_env $(torch_malloc_env) /usr/bin/python3 "$here/torch_reference.py" \
-      --threads 2 --json "$out/torch_reference_$tier.json"
-    torch_json="$out/torch_reference_$tier.json"
+    if env -u OPENBLAS_L2_SIZE $torch_env $(torch_malloc_env) /usr/bin/python3 "$here/torch_reference.py" \
+      --threads 2 --json "$out/torch_reference_$tier.json"; then
+      torch_json="$out/torch_reference_$tier.json"
+    else
+      echo "PyTorch reference refused or failed: no PyTorch column" >&2
+    fi
   else
     echo "python3-torch not installed: skipping the PyTorch column" >&2
   fi

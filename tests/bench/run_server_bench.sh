@@ -28,6 +28,10 @@ mkdir -p "$out"
 client="$build/bin/attention-client"
 . "$here/../scripts/loopback.sh"
 . "$here/tiers.sh"
+. "$root/deploy/packages.sh"
+# torch on Debian runs whatever libblas.so.3 points at: OpenBLAS, not the
+# reference BLAS (torch_blas.py).
+if /usr/bin/python3 -c "import torch" 2>/dev/null; then ensure_packages "${TORCH_BENCH_PACKAGES[@]}"; fi
 tier=${ATTN_MAX_ISA:-$(cpu_tiers | head -1)}
 torch_env=$(torch_tier_env "$tier") || { echo "tier '$tier': not on this CPU (or unknown)" >&2; exit 2; }
 echo "== ISA tier $tier" >&2

@@ -2,9 +2,14 @@
 """Prints the core benchmark as a Markdown table (stdlib only).
 
 usage: summarize_core_bench.py core_bench.json [torch_reference.json]
+
+The PyTorch column is printed only when torch_reference.json records that
+torch ran OpenBLAS (torch_blas.py); the header names that BLAS.
 """
 import json
 import sys
+
+from torch_blas import describe, is_openblas
 
 
 def load_core(path):
@@ -28,14 +33,22 @@ def load_core(path):
 
 def main():
     context, core, conversions = load_core(sys.argv[1])
-    torch = {}
+    torch, torch_note = {}, ""
     if len(sys.argv) > 2:
         with open(sys.argv[2]) as f:
-            torch = {b["name"]: b for b in json.load(f)["benchmarks"]}
+            ref = json.load(f)
+        if is_openblas(ref.get("blas")):
+            torch = {b["name"]: b for b in ref["benchmarks"]}
+            torch_note = f"PyTorch {ref.get('torch_version', '?')}: {describe(ref['blas'])}"
+        else:
+            torch_note = (f"PyTorch column omitted: torch ran {describe(ref.get('blas'))}, "
+                          "not OpenBLAS (install libopenblas0-pthread)")
     peak = core.pop("BM_OneDnnMatmul1024")["gflops"]
     print(f"CPU: {context.get('cpu_model', '?')}, {context.get('num_cpus')} CPUs @ "
           f"{context.get('mhz_per_cpu')} MHz; compute threads {context.get('compute_threads')}; "
           f"oneDNN ISA {context.get('onednn_isa')}; core kernel tier {context.get('kernel_tier')}")
+    if torch_note:
+        print(torch_note)
     print(f"\noneDNN 1024^3 fp32 matmul: **{peak:.0f} GFLOP/s** (the practical peak)\n")
     head = "| benchmark | ms | GFLOP/s | / matmul |"
     rule = "|---|---:|---:|---:|"

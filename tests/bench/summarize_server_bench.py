@@ -9,12 +9,27 @@ GFLOP/s counts. Row 3 ran in rounds (large_N.json), each sweep between two
 in-process runs (inprocess_N.json, inprocess_tcmalloc_N.json; the faster of
 the glibc and the tcmalloc runs counts): a round's reference is the mean of
 the in-process runs before and after it, and the median round is shown.
-An older single run (large.json, inprocess.json) still reads."""
+An older single run (large.json, inprocess.json) still reads.
+
+Row 4 (PyTorch) is shown only when torch_server.log records that torch ran
+OpenBLAS (torch_blas.py); the header names that BLAS."""
 import glob
 import json
 import os
 import re
 import sys
+
+from torch_blas import describe, is_openblas
+
+
+def torch_blas(out):
+    """The BLAS record torch_server.py logged, or None."""
+    log = os.path.join(out, "torch_server.log")
+    if not os.path.exists(log):
+        return None
+    with open(log) as f:
+        m = re.search(r"^torch BLAS: (.*)$", f.read(), re.M)
+    return json.loads(m.group(1)) if m else None
 
 
 def load(path):
@@ -91,16 +106,23 @@ def main():
     health, small = rounds(out, "health"), rounds(out, "small")
     reports = {"health": health[0] if health else None, "small": small[0] if small else None}
     lvl = {"health": median_level(health), "small": median_level(small)}
+    blas = torch_blas(out)
+    torch_ok = is_openblas(blas)
     for name in ("torch_small", "torch_large"):
         path = os.path.join(out, name + ".json")
-        reports[name] = load(path) if os.path.exists(path) else None
+        reports[name] = load(path) if os.path.exists(path) and torch_ok else None
         lvl[name] = best_level(reports[name])
     large = large_rounds(out)
     median_large = large[(len(large) - 1) // 2] if large else None
     reports["large"], lvl["large"] = median_large[1:3] if median_large else (None, None)
     print(f"CPU: {cpu}, {os.cpu_count()} CPUs, shared by the client and the server; {tier}; "
           f"attention-server --threads 2; PyTorch server: torch.set_num_threads(2), "
-          f"2 gRPC workers\n")
+          f"2 gRPC workers")
+    if os.path.exists(os.path.join(out, "torch_large.json")):
+        print(f"PyTorch: {describe(blas)}" if torch_ok else
+              f"Row 4 omitted: torch ran {describe(blas)}, not OpenBLAS "
+              "(install libopenblas0-pthread)")
+    print()
     print("| row | workload | concurrency | req/s | GFLOP/s | p50 ms | p99 ms | errors | ratio | target |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
 

@@ -11,8 +11,12 @@ attention-core-bench, giving PyTorch its best setup:
 (tests/bench/run_core_bench.sh picks both per ISA tier: the core type must be
 one the CPU can run; SkylakeX needs AVX-512.)
 
-Needs python3-torch and libopenblas0-pthread (Debian). Prints one line per
-shape: milliseconds per call (median of the timed repeats).
+Needs python3-torch and libopenblas0-pthread (Debian; run_core_bench.sh
+installs it). The BLAS that torch loaded, read from /proc/self/maps, goes into
+the JSON ("blas"); with any other BLAS than OpenBLAS this script times nothing
+and exits 3 (--allow-any-blas times anyway, for a look, and the summary still
+refuses the column). Prints one line per shape: milliseconds per call (median
+of the timed repeats).
 """
 import argparse
 import json
@@ -22,6 +26,8 @@ import sys
 import time
 
 import torch
+
+from torch_blas import describe, is_openblas, loaded_blas
 
 
 def time_call(fn, min_seconds=1.0, min_repeats=3):
@@ -73,8 +79,16 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--quick", action="store_true", help="only MHA B=1 L=2048")
+    ap.add_argument("--allow-any-blas", action="store_true",
+                    help="time even when torch's BLAS is not OpenBLAS")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    blas = loaded_blas()
+    print(f"PyTorch {torch.__version__}, {describe(blas)}", flush=True)
+    if not is_openblas(blas) and not args.allow_any_blas:
+        print("torch_reference.py: torch is not running OpenBLAS; its times would be "
+              "meaningless (install libopenblas0-pthread)", file=sys.stderr)
+        return 3
 
     cases = []
     if args.quick:
@@ -94,6 +108,7 @@ def main():
         "torch_version": torch.__version__,
         "threads": torch.get_num_threads(),
         "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", ""),
+        "blas": blas,
         "aten_cpu_capability": torch.backends.cpu.get_cpu_capability()
         if hasattr(torch.backends, "cpu") else os.environ.get("ATEN_CPU_CAPABILITY", ""),
         "config": torch.__config__.show().splitlines()[:3],

@@ -11,6 +11,9 @@ demo-mha-small (E=64, 4 heads) with random weights, ListModels, and
 grpc.health.v1 Check, so that attention-client bench can drive it.
 """
 import argparse
+import json
+import os
+import sys
 from concurrent import futures
 
 import grpc
@@ -20,6 +23,9 @@ import torch
 from attention.v1 import attention_pb2, attention_pb2_grpc
 import health_pb2
 import health_pb2_grpc
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_blas import describe, loaded_blas  # noqa: E402
 
 MODELS = {"demo-mha": (512, 8), "demo-mha-small": (64, 4)}
 
@@ -83,6 +89,11 @@ def main():
     ap.add_argument("--threads", type=int, default=2, help="torch threads and gRPC workers")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    # summarize_server_bench.py reads this line, and shows no PyTorch row
+    # unless the BLAS is OpenBLAS.
+    blas = loaded_blas()
+    print(f"torch BLAS: {json.dumps(blas)}", flush=True)
+    print(f"PyTorch {torch.__version__}, {describe(blas)}", flush=True)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=args.threads), options=[
         ("grpc.max_send_message_length", 64 << 20),
         ("grpc.max_receive_message_length", 64 << 20)])

@@ -1,0 +1,100 @@
+"""The PyTorch columns refuse a reference BLAS: torch_blas reads the BLAS out
+of a memory map, and both summaries drop the PyTorch column (row 4) unless
+that BLAS is OpenBLAS, naming it in the header when it is."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import torch_blas  # noqa: E402
+
+OPENBLAS = "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3"
+REFERENCE = "/usr/lib/x86_64-linux-gnu/blas/libblas.so.3"
+
+
+def maps_line(path, perms="r-xp"):
+    return f"7f0000000000-7f0000100000 {perms} 00000000 fe:01 123 {path}\n"
+
+
+class BlasOfMaps(unittest.TestCase):
+    def test_kinds(self):
+        torch_line = maps_line("/usr/lib/x86_64-linux-gnu/libtorch_cpu.so.1.13")
+        self.assertEqual(torch_blas.blas_of_maps([torch_line, maps_line(OPENBLAS)]),
+                         {"kind": "openblas", "paths": [OPENBLAS]})
+        self.assertEqual(torch_blas.blas_of_maps([maps_line(REFERENCE), maps_line(REFERENCE)]),
+                         {"kind": "reference", "paths": [REFERENCE]})
+        self.assertEqual(torch_blas.blas_of_maps([torch_line, "7f00-7f01 rw-p 0 00:00 0\n"]),
+                         {"kind": "none", "paths": []})
+        self.assertTrue(torch_blas.is_openblas({"kind": "openblas", "paths": [OPENBLAS]}))
+        self.assertFalse(torch_blas.is_openblas({"kind": "reference", "paths": [REFERENCE]}))
+        self.assertFalse(torch_blas.is_openblas(None))
+
+
+def core_bench_json():
+    def row(name, ms, gflops):
+        return {"name": name + "_median", "run_name": name, "aggregate_name": "median",
+                "real_time": ms, "time_unit": "ms", "GFLOPS": gflops * 1e9}
+    return {"context": {"cpu_model": "test CPU", "num_cpus": 2},
+            "benchmarks": [row("BM_OneDnnMatmul1024", 10.0, 100.0),
+                           row("BM_Mha/B:1/L:2048", 40.0, 80.0)]}
+
+
+def torch_json(blas):
+    return {"torch_version": "1.13.0", "blas": blas,
+            "benchmarks": [{"name": "BM_Mha/B:1/L:2048", "ms": 131.0, "gflops": 25.0}]}
+
+
+class Summaries(unittest.TestCase):
+    def run_core(self, blas):
+        with tempfile.TemporaryDirectory() as d:
+            core, ref = os.path.join(d, "core.json"), os.path.join(d, "torch.json")
+            with open(core, "w") as f:
+                json.dump(core_bench_json(), f)
+            with open(ref, "w") as f:
+                json.dump(torch_json(blas), f)
+            return subprocess.run([sys.executable, os.path.join(HERE, "summarize_core_bench.py"),
+                                   core, ref], check=True, capture_output=True, text=True).stdout
+
+    def test_core_column_only_with_openblas(self):
+        good = self.run_core({"kind": "openblas", "paths": [OPENBLAS]})
+        self.assertIn("PyTorch 1.13 ms", good)
+        self.assertIn(OPENBLAS, good)
+        self.assertIn("| 131.00 | 3.3x |", good)
+        for blas in ({"kind": "reference", "paths": [REFERENCE]}, None):
+            bad = self.run_core(blas)
+            self.assertNotIn("PyTorch 1.13 ms", bad)
+            self.assertNotIn("131.00", bad)
+            self.assertIn("PyTorch column omitted", bad)
+
+    def run_server(self, log):
+        level = {"concurrency": 1, "rps": 10.0, "gflops": 5.0, "errors": {},
+                 "latency_ms": {"p50": 1.0, "p99": 2.0}}
+        report = {"workload": "mha", "levels": [level]}
+        with tempfile.TemporaryDirectory() as d:
+            for name in ("large", "torch_large", "torch_small", "small_1", "health_1"):
+                with open(os.path.join(d, name + ".json"), "w") as f:
+                    json.dump(report, f)
+            with open(os.path.join(d, "torch_server.log"), "w") as f:
+                f.write(log)
+            return subprocess.run([sys.executable,
+                                   os.path.join(HERE, "summarize_server_bench.py"), d],
+                                  check=True, capture_output=True, text=True).stdout
+
+    def test_server_row_4_only_with_openblas(self):
+        good = self.run_server("torch BLAS: " + json.dumps({"kind": "openblas",
+                                                            "paths": [OPENBLAS]}) + "\n")
+        self.assertIn("4 vs PyTorch", good)
+        self.assertIn(OPENBLAS, good)
+        for log in ("torch BLAS: " + json.dumps({"kind": "reference", "paths": [REFERENCE]}),
+                    "torch server listening\n"):
+            bad = self.run_server(log)
+            self.assertNotIn("4 vs PyTorch", bad)
+            self.assertIn("Row 4 omitted", bad)
+
+
+if __name__ == "__main__":
+    unittest.main()
