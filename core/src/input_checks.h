@@ -9,7 +9,7 @@
 
 #include "attn/attention.h"
 #include "attn/status.h"
-#include "blocked_attention.h"
+#include "kernels/blocked_attention.h"
 
 namespace attn::internal {
 

@@ -12,10 +12,10 @@
 #include "attn/attention.h"
 #include "attn/cpu_info.h"
 #include "attn/threading.h"
-#include "blocked_attention.h"
 #include "input_checks.h"
-#include "primitive_cache.h"
-#include "small_matmul.h"
+#include "kernels/blocked_attention.h"
+#include "kernels/primitive_cache.h"
+#include "kernels/small_matmul.h"
 
 namespace attn {
 namespace {

@@ -2,8 +2,8 @@
 #include <string>
 
 #include "attn/attention.h"
-#include "blocked_attention.h"
 #include "input_checks.h"
+#include "kernels/blocked_attention.h"
 
 namespace attn {
 namespace {

@@ -6,8 +6,8 @@
 
 #include "attn/cpu_info.h"
 #include "attn/safetensors.h"
-#include "blocked_attention.h"
-#include "small_matmul.h"
+#include "kernels/blocked_attention.h"
+#include "kernels/small_matmul.h"
 
 namespace attn {
 namespace {

@@ -1,7 +1,7 @@
-#include "small_matmul.h"
+#include "kernels/small_matmul.h"
 
-#include "isa_cap.h"
-#include "simd.h"
+#include "kernels/simd.h"
+#include "support/isa_cap.h"
 
 namespace attn::internal {
 namespace {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "attn/half.h"
-#include "half_kernels.h"
+#include "kernels/half_kernels.h"
 
 namespace attn {
 namespace {

@@ -3,7 +3,7 @@
 #include <cstdlib>
 #include <dnnl.hpp>
 
-#include "isa_cap.h"
+#include "support/isa_cap.h"
 
 namespace attn {
 namespace {

@@ -1,4 +1,4 @@
-#include "primitive_cache.h"
+#include "kernels/primitive_cache.h"
 
 #include <algorithm>
 #include <functional>
@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "isa_cap.h"
+#include "support/isa_cap.h"
 
 namespace attn::internal {
 namespace {

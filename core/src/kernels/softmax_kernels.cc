@@ -1,10 +1,10 @@
-#include "softmax_kernels.h"
+#include "kernels/softmax_kernels.h"
 
 #include <cmath>
 #include <limits>
 
-#include "isa_cap.h"
-#include "simd.h"
+#include "kernels/simd.h"
+#include "support/isa_cap.h"
 
 namespace attn::internal {
 namespace {

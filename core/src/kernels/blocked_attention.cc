@@ -16,7 +16,7 @@
 // are packed into dense per-thread buffers first, because oneDNN 2.6 picks
 // gemm:jit instead of brgemm for strided views; a 512x64 pack costs ~2 us
 // against ~10-20 us saved per block.
-#include "blocked_attention.h"
+#include "kernels/blocked_attention.h"
 
 #include <algorithm>
 #include <cmath>
@@ -27,9 +27,9 @@
 #include <string>
 
 #include "attn/threading.h"
-#include "primitive_cache.h"
-#include "small_matmul.h"
-#include "softmax_kernels.h"
+#include "kernels/primitive_cache.h"
+#include "kernels/small_matmul.h"
+#include "kernels/softmax_kernels.h"
 
 namespace attn::internal {
 namespace {

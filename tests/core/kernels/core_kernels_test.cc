@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "small_matmul.h"
-#include "softmax_kernels.h"
+#include "kernels/small_matmul.h"
+#include "kernels/softmax_kernels.h"
 
 namespace attn::internal {
 namespace {

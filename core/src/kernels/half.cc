@@ -8,9 +8,9 @@
 
 #include <cstring>
 
-#include "half_kernels.h"
-#include "isa_cap.h"
-#include "simd.h"
+#include "kernels/half_kernels.h"
+#include "kernels/simd.h"
+#include "support/isa_cap.h"
 
 namespace attn {
 namespace internal {
