@@ -9,8 +9,8 @@
 
 #include "attention/v1/attention.pb.h"
 #include "attn/status.h"
+#include "call_spec.h"
 #include "inference/open_inference_grpc.pb.h"
-#include "request_builder.h"
 
 namespace attn::client {
 

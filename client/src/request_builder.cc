@@ -41,18 +41,6 @@ void SetQueryKeyValue(const CallSpec& s, Request* req) {
 
 }  // namespace
 
-wire::WireType DtypeByName(const std::string& name) {
-  if (name == "float16") return wire::WireType::kFloat16;
-  if (name == "bfloat16") return wire::WireType::kBFloat16;
-  return wire::WireType::kFloat32;
-}
-
-const char* DtypeName(wire::WireType type) {
-  if (type == wire::WireType::kFloat16) return "float16";
-  if (type == wire::WireType::kBFloat16) return "bfloat16";
-  return "float32";
-}
-
 const google::protobuf::Message& AttentionCall::message() const {
   if (oip) return infer;
   if (op == "cross") return cross;

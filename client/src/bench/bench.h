@@ -9,8 +9,8 @@
 #include <atomic>
 
 #include "attn/status.h"
-#include "bench_config.h"
-#include "bench_report.h"
+#include "bench/bench_config.h"
+#include "bench/report/bench_report.h"
 
 namespace attn::client {
 

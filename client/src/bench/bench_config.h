@@ -1,4 +1,5 @@
-// attention-client bench: its settings, from the shared flag table.
+// attention-client bench: its settings (read from the command line by
+// cli/bench_flags.h, or from a --workload file by bench_mix.h).
 #pragma once
 
 #include <cstdint>
@@ -8,7 +9,6 @@
 
 #include "attention_client.h"
 #include "attn/status.h"
-#include "flags.h"
 #include "host_array.h"
 
 namespace attn::client {
@@ -71,12 +71,5 @@ struct BenchConfig {
 // Open loop (--rps): the calls in flight are capped at the one
 // --concurrency value, or at this without one.
 constexpr int kOpenLoopCap = 1024;
-
-// The bench's settings from its command line (flags.h): INVALID_ARGUMENT
-// naming the flag for a bad value or a contradiction.
-StatusOr<BenchConfig> BenchConfigFromFlags(const CommandLine& cl);
-
-// Parses the flags after "bench" (tests). Sets *help for --help.
-StatusOr<BenchConfig> ParseBenchFlags(const std::vector<std::string>& args, bool* help);
 
 }  // namespace attn::client

@@ -15,10 +15,10 @@
 #include <set>
 #include <thread>
 
-#include "bench.h"
-#include "bench_workload.h"
-#include "client_cpu.h"
-#include "metrics_scrape.h"
+#include "bench/bench.h"
+#include "bench/bench_workload.h"
+#include "bench/client_cpu.h"
+#include "bench/metrics_scrape.h"
 #include "oip_call.h"
 #include "wire/status_mapping.h"
 #include "wire/timing_trailer.h"

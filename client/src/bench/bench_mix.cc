@@ -1,4 +1,4 @@
-#include "bench_mix.h"
+#include "bench/bench_mix.h"
 
 #include <yaml-cpp/yaml.h>
 

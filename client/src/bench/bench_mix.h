@@ -16,7 +16,7 @@
 
 #include "attn/json.h"
 #include "attn/status.h"
-#include "bench_config.h"
+#include "bench/bench_config.h"
 
 namespace attn::client {
 

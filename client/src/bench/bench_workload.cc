@@ -1,4 +1,4 @@
-#include "bench_workload.h"
+#include "bench/bench_workload.h"
 
 #include <cmath>
 #include <fstream>

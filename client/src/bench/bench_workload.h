@@ -10,7 +10,7 @@
 
 #include "attention_client.h"
 #include "attn/status.h"
-#include "bench_config.h"
+#include "bench/bench_config.h"
 #include "host_array.h"
 
 namespace attn::client {

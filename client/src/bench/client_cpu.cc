@@ -1,4 +1,4 @@
-#include "client_cpu.h"
+#include "bench/client_cpu.h"
 
 #include <dirent.h>
 #include <sched.h>

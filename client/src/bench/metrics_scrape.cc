@@ -1,4 +1,4 @@
-#include "metrics_scrape.h"
+#include "bench/metrics_scrape.h"
 
 #include <httplib.h>
 

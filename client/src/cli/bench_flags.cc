@@ -1,4 +1,4 @@
-#include "bench_config.h"
+#include "cli/bench_flags.h"
 
 #include <unistd.h>
 
@@ -8,8 +8,8 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "bench_mix.h"
-#include "client_options.h"
+#include "bench/bench_mix.h"
+#include "cli/client_options.h"
 
 namespace attn::client {
 namespace {

@@ -1,4 +1,4 @@
-#include "client_options.h"
+#include "cli/client_options.h"
 
 #include <cstdlib>
 

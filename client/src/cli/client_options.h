@@ -7,7 +7,7 @@
 
 #include "attention_client.h"
 #include "attn/status.h"
-#include "flags.h"
+#include "cli/flags.h"
 
 namespace attn::client {
 

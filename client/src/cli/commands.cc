@@ -1,4 +1,4 @@
-#include "commands.h"
+#include "cli/commands.h"
 
 #include <cstdio>
 #include <fstream>
@@ -9,8 +9,9 @@
 #include <vector>
 
 #include "attention_client.h"
-#include "bench.h"
-#include "client_options.h"
+#include "bench/bench.h"
+#include "cli/bench_flags.h"
+#include "cli/client_options.h"
 #include "host_array.h"
 #include "request_builder.h"
 #include "wire/status_mapping.h"

@@ -4,7 +4,7 @@
 
 #include <atomic>
 
-#include "flags.h"
+#include "cli/flags.h"
 
 namespace attn::client {
 

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "commands.h"
-#include "flags.h"
+#include "cli/commands.h"
+#include "cli/flags.h"
 
 namespace {
 

@@ -7,10 +7,10 @@
 # the page size, and no console message (the page has no scripts; anything
 # on the console is an error). A page with a failing script must be caught
 # by the same check, so the check is run on one first.
-#   tests/client/bench_html_test.sh BUILD_DIR [OUT_DIR]
+#   tests/client/bench/bench_html_test.sh BUILD_DIR [OUT_DIR]
 set -euo pipefail
 build=${1:?usage: $0 BUILD_DIR [OUT_DIR]}
-. "$(dirname "$0")/../scripts/loopback.sh"
+. "$(dirname "$0")/../../scripts/loopback.sh"
 binary_test "$build"
 out=${2:-$(mktemp -d)}
 mkdir -p "$out"

@@ -4,7 +4,7 @@
 set -euo pipefail
 build=${1:?usage: $0 BUILD_DIR}
 seconds=${2:-4}
-. "$(dirname "$0")/../scripts/loopback.sh"
+. "$(dirname "$0")/../../scripts/loopback.sh"
 binary_test "$build"
 # Under AddressSanitizer freed memory sits in a quarantine (256 MB by default)
 # that fills during the run and reads as growth; keep it small so RSS measures

@@ -11,8 +11,9 @@
 
 #include "attention_server.h"
 #include "attn/json.h"
-#include "bench.h"
-#include "bench_mix.h"
+#include "bench/bench.h"
+#include "bench/bench_mix.h"
+#include "cli/bench_flags.h"
 #include "status_matchers.h"
 #include "test_server.h"
 

@@ -1,7 +1,7 @@
 // attention-client bench: its flags, and a short run against a real server on
 // loopback that must produce a complete JSON report with no errors and no
 // --verify mismatches.
-#include "bench.h"
+#include "bench/bench.h"
 
 #include <gtest/gtest.h>
 
@@ -11,6 +11,7 @@
 
 #include "attention_server.h"
 #include "attn/json.h"
+#include "cli/bench_flags.h"
 #include "test_server.h"
 
 namespace attn {

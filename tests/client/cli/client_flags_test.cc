@@ -5,9 +5,10 @@
 #include <string>
 #include <vector>
 
-#include "bench_config.h"
-#include "client_options.h"
-#include "flags.h"
+#include "bench/bench_config.h"
+#include "cli/bench_flags.h"
+#include "cli/client_options.h"
+#include "cli/flags.h"
 
 namespace attn {
 namespace {

@@ -5,7 +5,7 @@
 # a hint.
 set -euo pipefail
 build=${1:?usage: $0 BUILD_DIR}
-. "$(dirname "$0")/../scripts/loopback.sh"
+. "$(dirname "$0")/../../scripts/loopback.sh"
 binary_test "$build"
 start_server "$log"
 common=(--target "127.0.0.1:$port" --timeout 20s --max-message-mb 16)

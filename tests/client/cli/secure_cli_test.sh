@@ -9,7 +9,7 @@ build=${1:?usage: $0 BUILD_DIR}
 server="$build/bin/attention-server"
 client="$build/bin/attention-client"
 dir=$(mktemp -d)
-. "$(dirname "$0")/../scripts/loopback.sh"
+. "$(dirname "$0")/../../scripts/loopback.sh"
 trap 'kill ${pid:-} 2>/dev/null || true; rm -rf "$dir"' EXIT
 fail() { echo "FAIL: $*"; echo "--- server log"; tail -20 "$dir/server.log"; exit 1; }
 

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "bench_report.h"
+#include "bench/report/bench_report.h"
 #include "request_builder.h"
 
 namespace attn::client {

@@ -1,4 +1,4 @@
-#include "bench_report.h"
+#include "bench/report/bench_report.h"
 
 #include <sched.h>
 

@@ -8,10 +8,10 @@
 #include <utility>
 #include <vector>
 
-#include "bench_config.h"
-#include "bench_stats.h"
-#include "client_cpu.h"
-#include "metrics_scrape.h"
+#include "bench/bench_config.h"
+#include "bench/client_cpu.h"
+#include "bench/metrics_scrape.h"
+#include "bench/report/bench_stats.h"
 
 namespace attn::client {
 

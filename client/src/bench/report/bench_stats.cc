@@ -1,4 +1,4 @@
-#include "bench_stats.h"
+#include "bench/report/bench_stats.h"
 
 #include <algorithm>
 #include <cmath>

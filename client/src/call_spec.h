@@ -1,0 +1,39 @@
+// A call as attention-client's commands and bench describe it (CallSpec),
+// whatever protocol carries it: request_builder.h turns it into an
+// attention.v1 request, oip_call.h into an Open Inference Protocol one.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "host_array.h"
+#include "wire/tensor_codec.h"
+
+namespace attn::client {
+
+struct CallSpec {
+  std::string op;  // attention | cross | mha
+  std::string model;
+  bool oip = false;  // --protocol oip: an Open Inference Protocol ModelInfer call
+  Encoding encoding = Encoding::kData;
+  // The float tensors' wire type (--dtype); half types travel as data.
+  wire::WireType dtype = wire::WireType::kFloat32;
+  HostArray query;                      // cross: the decoder
+  std::optional<HostArray> key, value;  // cross: key is the encoder (value unused)
+  std::optional<HostArray> key_padding_mask, attn_bias;
+  std::optional<float> scale;  // attention and cross only
+  int64_t num_heads = 0;       // mha; 0 takes the model's
+  bool causal = false, return_weights = false, per_head_weights = false;
+  // Inline projections: q, k, v, out weights then q, k, v, out biases
+  // (nn.Linear layout); empty for none. out_* travel for mha only.
+  std::vector<HostArray> projections;
+};
+
+// --dtype's choices, and the wire type of one ("float32" for anything else).
+inline const std::vector<std::string> kDtypeNames = {"float32", "float16", "bfloat16"};
+wire::WireType DtypeByName(const std::string& name);
+const char* DtypeName(wire::WireType type);
+
+}  // namespace attn::client
