@@ -10,7 +10,7 @@
 #include "attn/attention.h"
 #include "attn/cpu_info.h"
 #include "attn/threading.h"
-#include "server_log.h"
+#include "ops/server_log.h"
 #include "wire/secret_files.h"
 
 namespace attn::server {
@@ -116,8 +116,9 @@ StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerCo
   options.max_inflight = config.max_inflight;
   options.auth = s->auth_.get();
   options.metrics = s->metrics_.get();
-  s->service_ = std::make_unique<AttentionServiceImpl>(options);
-  s->oip_service_ = std::make_unique<OipServiceImpl>(s->service_.get(), &s->ready_);
+  s->dispatcher_ = std::make_unique<CallDispatcher>(options);
+  s->service_ = std::make_unique<AttentionServiceImpl>(s->dispatcher_.get());
+  s->oip_service_ = std::make_unique<OipServiceImpl>(s->dispatcher_.get(), &s->ready_);
   auto credentials = Credentials(config);
   if (!credentials.ok()) return credentials.status();
 
@@ -152,7 +153,7 @@ StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerCo
     // scheduler's CPU budget: more of them than CPUs adds no compute.
     http.threads = std::max(4, 2 * threads);
     http.max_body_bytes = config.limits.max_message_bytes;
-    http.calls = s->service_.get();
+    http.calls = s->dispatcher_.get();
     http.ready = &s->ready_;
     auto started = OipHttpServer::Start(http);
     if (!started.ok()) return started.status();
@@ -231,13 +232,13 @@ void AttentionServer::Shutdown(std::chrono::milliseconds grace) {
 
 std::string AttentionServer::RenderMetrics() const {
   MetricsGauges g;
-  g.in_flight = service_->calls_in_flight();
+  g.in_flight = dispatcher_->calls_in_flight();
   g.queued = scheduler_->queued();
   g.running = scheduler_->running();
   g.compute_threads = scheduler_->cpus();
   g.max_inflight = config_.max_inflight;
   g.max_queue = config_.max_queue;
-  g.calls_skipped = service_->calls_skipped();
+  g.calls_skipped = dispatcher_->calls_skipped();
   g.held_bytes = held_->held();
   g.held_connections = held_->connections();
   g.memory_quota_bytes = held_->quota();

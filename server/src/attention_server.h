@@ -11,17 +11,18 @@
 #include <memory>
 #include <string>
 
-#include "attention_service.h"
+#include "attention_v1/attention_service.h"
 #include "attn/status.h"
-#include "compute_scheduler.h"
-#include "held_memory.h"
-#include "metrics_http.h"
-#include "model_registry.h"
-#include "oip_http.h"
-#include "oip_service.h"
+#include "call/compute_scheduler.h"
+#include "call/dispatch.h"
+#include "call/held_memory.h"
+#include "models/model_registry.h"
+#include "oip/oip_http.h"
+#include "oip/oip_service.h"
+#include "ops/metrics_http.h"
+#include "ops/server_metrics.h"
+#include "ops/token_auth.h"
 #include "server_config.h"
-#include "server_metrics.h"
-#include "token_auth.h"
 
 namespace attn::server {
 
@@ -45,10 +46,10 @@ class AttentionServer {
   // Reads --auth-token-file again (SIGHUP). On error the old tokens stay.
   Status ReloadTokens();
   // Calls that arrived so far, and those not yet answered (see the service).
-  int64_t calls_arrived() const { return service_->calls_arrived(); }
-  int calls_unanswered() const { return service_->calls_in_flight(); }
+  int64_t calls_arrived() const { return dispatcher_->calls_arrived(); }
+  int calls_unanswered() const { return dispatcher_->calls_in_flight(); }
   // Calls dropped unanswered because their client gave up while they waited.
-  int64_t calls_skipped() const { return service_->calls_skipped(); }
+  int64_t calls_skipped() const { return dispatcher_->calls_skipped(); }
   // A channel to this server that bypasses the network.
   std::shared_ptr<grpc::Channel> InProcessChannel();
   // Health for "" and "attention.v1.AttentionService".
@@ -70,6 +71,7 @@ class AttentionServer {
   std::unique_ptr<TokenAuth> auth_;  // null without --auth-token-file
   std::unique_ptr<HeldMemory> held_;
   std::unique_ptr<ServerMetrics> metrics_;  // null without --metrics-port
+  std::unique_ptr<CallDispatcher> dispatcher_;
   std::unique_ptr<AttentionServiceImpl> service_;
   std::unique_ptr<OipServiceImpl> oip_service_;
   std::atomic<bool> ready_{false};  // every model loaded and warmed up (OIP ServerReady)

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "attention_server.h"
+#include "ops/server_log.h"
 #include "server_config.h"
-#include "server_log.h"
 
 // gperftools' C API, present when the binary links tcmalloc (ATTN_TCMALLOC);
 // weak, so the server also builds and runs without it.

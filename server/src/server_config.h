@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "attn/status.h"
-#include "request_limits.h"
-#include "server_log.h"
+#include "call/request_limits.h"
+#include "ops/server_log.h"
 
 namespace attn::server {
 

@@ -3,7 +3,7 @@
 //   build/bin/attention-metrics-bench
 #include <benchmark/benchmark.h>
 
-#include "server_metrics.h"
+#include "ops/server_metrics.h"
 
 namespace {
 

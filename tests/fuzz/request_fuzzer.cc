@@ -32,10 +32,11 @@
 #include <vector>
 
 #include "attention/v1/attention.pb.h"
-#include "model_registry.h"
-#include "oip_adapter.h"
-#include "oip_json.h"
-#include "request_adapter.h"
+#include "attention_v1/attention_v1_adapter.h"
+#include "call/prepared_call.h"
+#include "models/model_registry.h"
+#include "oip/oip_adapter.h"
+#include "oip/oip_json.h"
 #include "parse_check.h"
 #include "wire/tensor_data.h"
 

@@ -15,12 +15,12 @@
 #include <utility>
 #include <vector>
 
-#include "attention_service.h"
 #include "attn/json.h"
-#include "compute_scheduler.h"
-#include "held_memory.h"
+#include "call/compute_scheduler.h"
+#include "call/dispatch.h"
+#include "call/held_memory.h"
+#include "ops/server_log.h"
 #include "server_config.h"
-#include "server_log.h"
 
 namespace attn {
 namespace {
@@ -105,7 +105,7 @@ TEST(ServerConfig, TransportMemoryFlags) {
 }
 
 TEST(LargeCalls, EveryCpuAloneAShareUnderConcurrentLoad) {
-  using S = server::AttentionServiceImpl;
+  using S = server::CallDispatcher;
   const std::chrono::milliseconds long_ago(5000), just_now(1);
   EXPECT_EQ(S::ThreadsForLargeCall(2, 1, long_ago), 2) << "a lone call: every CPU";
   EXPECT_EQ(S::ThreadsForLargeCall(8, 1, long_ago), 8);

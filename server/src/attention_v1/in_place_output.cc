@@ -1,4 +1,4 @@
-#include "in_place_output.h"
+#include "attention_v1/in_place_output.h"
 
 #include <grpc/slice.h>
 

@@ -1,4 +1,4 @@
-#include "compute_scheduler.h"
+#include "call/compute_scheduler.h"
 
 #include <algorithm>
 

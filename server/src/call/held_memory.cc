@@ -1,4 +1,4 @@
-#include "held_memory.h"
+#include "call/held_memory.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "request_adapter.h"
+#include "call/prepared_call.h"
 
 #include <cstdio>
 #include <utility>
@@ -280,88 +280,6 @@ Status PrepareCall(const CallRequest& req, const ModelRegistry& models, const Re
     opt.output_allocator = std::move(output);
     return ScaledDotProductAttention(*q, *k, *v, opt);
   };
-  return Status::Ok();
-}
-
-namespace {
-
-// The fields all three attention.v1 requests share.
-template <typename Request>
-CallRequest NativeShared(const Request& req, CallOp op, const PreparedCall& call) {
-  CallRequest c;
-  c.op = op;
-  c.model = req.model();
-  if (req.has_key_padding_mask())
-    c.key_padding_mask = wire::FromNative(req.key_padding_mask(), call.tensor_data);
-  if (req.has_attn_bias()) c.attn_bias = wire::FromNative(req.attn_bias(), call.tensor_data);
-  if (req.has_projections()) c.projections = &req.projections();
-  c.causal = req.causal();
-  c.return_weights = req.return_weights();
-  return c;
-}
-
-template <typename Request>
-void NativeQueryKeyValue(const Request& req, const PreparedCall& call, CallRequest* c) {
-  if (req.has_query()) c->query = wire::FromNative(req.query(), call.tensor_data);
-  if (req.has_key()) c->key = wire::FromNative(req.key(), call.tensor_data);
-  if (req.has_value()) c->value = wire::FromNative(req.value(), call.tensor_data);
-}
-
-}  // namespace
-
-Status PrepareAttention(const attention::v1::AttentionRequest& req, const ModelRegistry& models,
-                        const RequestLimits& limits, PreparedCall* call) {
-  CallRequest c = NativeShared(req, CallOp::kAttention, *call);
-  NativeQueryKeyValue(req, *call, &c);
-  if (req.has_scale()) c.scale = req.scale();
-  return PrepareCall(c, models, limits, call);
-}
-
-Status PrepareCrossAttention(const attention::v1::CrossAttentionRequest& req,
-                             const ModelRegistry& models, const RequestLimits& limits,
-                             PreparedCall* call) {
-  CallRequest c = NativeShared(req, CallOp::kCrossAttention, *call);
-  c.query_field = "decoder", c.key_field = "encoder";
-  if (req.has_decoder()) c.query = wire::FromNative(req.decoder(), call->tensor_data);
-  if (req.has_encoder()) c.key = wire::FromNative(req.encoder(), call->tensor_data);
-  if (req.has_scale()) c.scale = req.scale();
-  return PrepareCall(c, models, limits, call);
-}
-
-Status PrepareMultiHeadAttention(const attention::v1::MultiHeadAttentionRequest& req,
-                                 const ModelRegistry& models, const RequestLimits& limits,
-                                 PreparedCall* call) {
-  CallRequest c = NativeShared(req, CallOp::kMultiHeadAttention, *call);
-  NativeQueryKeyValue(req, *call, &c);
-  c.num_heads = req.num_heads();
-  c.per_head_weights = req.per_head_weights();
-  return PrepareCall(c, models, limits, call);
-}
-
-OutputAllocator IntoResponse(const PreparedCall& call, InPlaceOutput* out) {
-  if (call.encoding != wire::Encoding::kData || call.output_type != wire::WireType::kFloat32) {
-    return {};
-  }
-  return [out](const Shape& shape) { return out->Allocate(shape); };
-}
-
-Status EncodeResponse(const AttentionResult& result, const PreparedCall& call,
-                      const RequestLimits& limits, attention::v1::AttentionResponse* resp) {
-  // From the shape: an output written in place has no data here.
-  const int64_t output_elements = NumElements(result.output.shape);
-  const int64_t elem =
-      call.encoding == wire::Encoding::kData ? wire::WireTypeBytes(call.output_type) : 4;
-  const double bytes =
-      static_cast<double>(elem) *
-      static_cast<double>(output_elements + (result.weights ? result.weights->numel() : 0));
-  ATTN_RETURN_IF_ERROR(CheckResponseBytes(bytes, limits));
-  // An output written through IntoResponse is InPlaceOutput's to send.
-  if (!(result.output.data.empty() && output_elements > 0)) {
-    wire::EncodeTensor(result.output, call.output_type, call.encoding, resp->mutable_output());
-  }
-  if (result.weights) {
-    wire::EncodeTensor(*result.weights, call.output_type, call.encoding, resp->mutable_weights());
-  }
   return Status::Ok();
 }
 

@@ -1,8 +1,8 @@
 // Turns each request, whatever its protocol, into a ready-to-run core call:
 // wire checks, model or inline projections, options, the cost estimate and
 // the limits. A protocol front end describes its request as a CallRequest
-// (attention.v1 here, the Open Inference Protocol in oip_adapter.h); from
-// there every protocol takes the same path. Semantic checks (shapes agree,
+// (attention_v1/attention_v1_adapter.h, oip/oip_adapter.h); from there every
+// protocol takes the same path (call/dispatch.h). Semantic checks (shapes agree,
 // masks broadcast, heads divide) are core's; this layer only adapts.
 #pragma once
 
@@ -17,9 +17,8 @@
 #include "attention/v1/attention.pb.h"
 #include "attn/attention.h"
 #include "attn/status.h"
-#include "in_place_output.h"
-#include "model_registry.h"
-#include "request_limits.h"
+#include "call/request_limits.h"
+#include "models/model_registry.h"
 #include "wire/tensor_codec.h"
 #include "wire/tensor_data.h"
 
@@ -84,27 +83,6 @@ struct PreparedCall {
 // Checks and plans `req`; on OK, `call` is ready to compute.
 Status PrepareCall(const CallRequest& req, const ModelRegistry& models, const RequestLimits& limits,
                    PreparedCall* call);
-
-// attention.v1's three RPCs, through PrepareCall.
-Status PrepareAttention(const attention::v1::AttentionRequest& req, const ModelRegistry& models,
-                        const RequestLimits& limits, PreparedCall* call);
-Status PrepareCrossAttention(const attention::v1::CrossAttentionRequest& req,
-                             const ModelRegistry& models, const RequestLimits& limits,
-                             PreparedCall* call);
-Status PrepareMultiHeadAttention(const attention::v1::MultiHeadAttentionRequest& req,
-                                 const ModelRegistry& models, const RequestLimits& limits,
-                                 PreparedCall* call);
-
-// Where a call's output goes: with FLOAT32 `data`, core writes it straight
-// into `out`'s slice, which is sent as is (no copy after compute);
-// otherwise empty (core allocates, EncodeResponse converts).
-OutputAllocator IntoResponse(const PreparedCall& call, InPlaceOutput* out);
-
-// Fills `resp` from a finished call, floats as call.output_type (an output
-// written through IntoResponse is left out: InPlaceOutput sends it); RESOURCE_EXHAUSTED
-// if the encoded response would exceed the message limit.
-Status EncodeResponse(const AttentionResult& result, const PreparedCall& call,
-                      const RequestLimits& limits, attention::v1::AttentionResponse* resp);
 
 // RESOURCE_EXHAUSTED when a response of `bytes` would exceed the message limit.
 Status CheckResponseBytes(double bytes, const RequestLimits& limits);

@@ -1,4 +1,4 @@
-#include "model_registry.h"
+#include "models/model_registry.h"
 
 #include <dirent.h>
 

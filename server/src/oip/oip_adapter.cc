@@ -1,4 +1,4 @@
-#include "oip_adapter.h"
+#include "oip/oip_adapter.h"
 
 #include <algorithm>
 #include <map>

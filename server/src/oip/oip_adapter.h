@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "attn/status.h"
+#include "call/prepared_call.h"
 #include "inference/open_inference_grpc.pb.h"
-#include "model_registry.h"
-#include "request_adapter.h"
+#include "models/model_registry.h"
 
 namespace attn::server::oip {
 

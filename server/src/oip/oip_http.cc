@@ -1,13 +1,13 @@
-#include "oip_http.h"
+#include "oip/oip_http.h"
 
 #include <httplib.h>
 
 #include <future>
 
 #include "attn/json.h"
-#include "oip_adapter.h"
-#include "oip_json.h"
-#include "request_adapter.h"
+#include "call/prepared_call.h"
+#include "oip/oip_adapter.h"
+#include "oip/oip_json.h"
 #include "wire/timing_trailer.h"
 
 namespace attn::server {
@@ -35,7 +35,7 @@ std::string Peer(const httplib::Request& req) {
 // ran the call (or inline in Dispatch); the handler thread waits for it.
 class HttpCall final : public CallTransport {
  public:
-  HttpCall(AttentionServiceImpl* calls, const httplib::Request& req, int64_t bytes_in)
+  HttpCall(CallDispatcher* calls, const httplib::Request& req, int64_t bytes_in)
       : calls_(calls), req_(req), bytes_in_(bytes_in) {}
 
   inference::ModelInferRequest request;
@@ -76,7 +76,7 @@ class HttpCall final : public CallTransport {
   }
 
  private:
-  AttentionServiceImpl* const calls_;
+  CallDispatcher* const calls_;
   const httplib::Request& req_;
   const int64_t bytes_in_;
   Status status_;
@@ -92,7 +92,7 @@ const std::string* AuthorizationOf(const httplib::Request& req, std::string* sto
 }
 
 // POST .../infer: the token, the body, then the shared call path.
-void Infer(AttentionServiceImpl* calls, const httplib::Request& req, const std::string& body,
+void Infer(CallDispatcher* calls, const httplib::Request& req, const std::string& body,
            httplib::Response& res) {
   int64_t json_length = -1;
   if (req.has_header(kHeaderLength)) {
@@ -200,7 +200,7 @@ OipHttpServer::~OipHttpServer() {
 }
 
 void OipHttpServer::Routes() {
-  AttentionServiceImpl* calls = options_.calls;
+  CallDispatcher* calls = options_.calls;
   const std::atomic<bool>* ready = options_.ready;
   const ModelRegistry* models = calls->options().models;
   // Metadata calls: the token (health aside, for probes), then `answer`,

@@ -3,8 +3,8 @@
 //   GET  /v2/models/{name}[/versions/{v}], .../ready
 //   POST /v2/models/{name}[/versions/{v}]/infer   (JSON, or the binary
 //        tensor data extension: Inference-Header-Content-Length)
-// An infer call takes the same path as a gRPC one (AttentionServiceImpl::
-// Dispatch): token, admission, limits, CPU budget, metrics, access log. The
+// An infer call takes the same path as a gRPC one (CallDispatcher::Dispatch,
+// call/dispatch.h): token, admission, limits, CPU budget, metrics, access log. The
 // handler threads wait for compute on the scheduler or, for a small call,
 // run it under the scheduler's CPU budget, so they never add compute
 // threads. Errors are {"error": "..."}: 400 bad input, 401 token, 404
@@ -17,8 +17,8 @@
 #include <string>
 #include <thread>
 
-#include "attention_service.h"
 #include "attn/status.h"
+#include "call/dispatch.h"
 
 namespace httplib {
 class Server;
@@ -34,7 +34,7 @@ struct OipHttpOptions {
   std::string tls_cert, tls_key, tls_client_ca;
   int threads = 4;
   int64_t max_body_bytes = 64 << 20;
-  AttentionServiceImpl* calls = nullptr;     // must outlive the server
+  CallDispatcher* calls = nullptr;           // must outlive the server
   const std::atomic<bool>* ready = nullptr;  // every model loaded and warmed up
 };
 

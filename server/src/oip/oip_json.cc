@@ -1,4 +1,4 @@
-#include "oip_json.h"
+#include "oip/oip_json.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include "attn/half.h"
 #include "attn/json.h"
 #include "attn/tensor.h"
-#include "oip_adapter.h"
+#include "oip/oip_adapter.h"
 #include "wire/tensor_codec.h"
 
 namespace attn::server::oip {

@@ -1,21 +1,22 @@
-#include "oip_service.h"
+#include "oip/oip_service.h"
 
 #include <memory>
 
-#include "oip_adapter.h"
-#include "raw_messages.h"
-#include "request_adapter.h"
+#include "call/grpc_call.h"
+#include "call/prepared_call.h"
+#include "call/raw_messages.h"
+#include "oip/oip_adapter.h"
 
 namespace attn::server {
 
-OipServiceImpl::OipServiceImpl(AttentionServiceImpl* calls, const std::atomic<bool>* ready)
+OipServiceImpl::OipServiceImpl(CallDispatcher* calls, const std::atomic<bool>* ready)
     : calls_(calls), ready_(ready) {}
 
 grpc::ServerUnaryReactor* OipServiceImpl::ServerLive(grpc::CallbackServerContext* ctx,
                                                      const inference::ServerLiveRequest* /*req*/,
                                                      inference::ServerLiveResponse* resp) {
-  return calls_->ServeSimple(
-      Rpc::kOipMetadata, ctx, resp,
+  return ServeGrpcSimple(
+      calls_, Rpc::kOipMetadata, ctx, resp,
       [resp] {
         resp->set_live(true);  // answering is being live
         return Status::Ok();
@@ -26,8 +27,8 @@ grpc::ServerUnaryReactor* OipServiceImpl::ServerLive(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* OipServiceImpl::ServerReady(grpc::CallbackServerContext* ctx,
                                                       const inference::ServerReadyRequest* /*req*/,
                                                       inference::ServerReadyResponse* resp) {
-  return calls_->ServeSimple(
-      Rpc::kOipMetadata, ctx, resp,
+  return ServeGrpcSimple(
+      calls_, Rpc::kOipMetadata, ctx, resp,
       [this, resp] {
         resp->set_ready(ready_->load());
         return Status::Ok();
@@ -38,7 +39,7 @@ grpc::ServerUnaryReactor* OipServiceImpl::ServerReady(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* OipServiceImpl::ModelReady(grpc::CallbackServerContext* ctx,
                                                      const inference::ModelReadyRequest* req,
                                                      inference::ModelReadyResponse* resp) {
-  return calls_->ServeSimple(Rpc::kOipMetadata, ctx, resp, [this, req, resp] {
+  return ServeGrpcSimple(calls_, Rpc::kOipMetadata, ctx, resp, [this, req, resp] {
     ATTN_RETURN_IF_ERROR(oip::CheckModel(*calls_->options().models, req->name(), req->version()));
     resp->set_ready(ready_->load());
     return Status::Ok();
@@ -48,7 +49,7 @@ grpc::ServerUnaryReactor* OipServiceImpl::ModelReady(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* OipServiceImpl::ServerMetadata(
     grpc::CallbackServerContext* ctx, const inference::ServerMetadataRequest* /*req*/,
     inference::ServerMetadataResponse* resp) {
-  return calls_->ServeSimple(Rpc::kOipMetadata, ctx, resp, [resp] {
+  return ServeGrpcSimple(calls_, Rpc::kOipMetadata, ctx, resp, [resp] {
     oip::ServerMetadata(resp);
     return Status::Ok();
   });
@@ -57,7 +58,7 @@ grpc::ServerUnaryReactor* OipServiceImpl::ServerMetadata(
 grpc::ServerUnaryReactor* OipServiceImpl::ModelMetadata(grpc::CallbackServerContext* ctx,
                                                         const inference::ModelMetadataRequest* req,
                                                         inference::ModelMetadataResponse* resp) {
-  return calls_->ServeSimple(Rpc::kOipMetadata, ctx, resp, [this, req, resp] {
+  return ServeGrpcSimple(calls_, Rpc::kOipMetadata, ctx, resp, [this, req, resp] {
     return oip::ModelMetadata(*calls_->options().models, *req, resp);
   });
 }
@@ -74,20 +75,20 @@ grpc::ServerUnaryReactor* OipServiceImpl::ModelInfer(grpc::CallbackServerContext
   auto messages = std::make_shared<Messages>();
   const Status parsed = ParseRequest(*req, &messages->request);
   const ServiceOptions& o = calls_->options();
-  return calls_->Serve(
-      Rpc::kModelInfer, ctx, static_cast<int64_t>(req->Length()), resp, [&](PreparedCall* call) {
-        ATTN_RETURN_IF_ERROR(parsed);  // after the token and admission
-        call->keep_alive = messages;
-        Messages* m = messages.get();
-        ATTN_RETURN_IF_ERROR(
-            oip::PrepareInfer(m->request, *o.models, o.limits, call, &m->response));
-        auto respond = std::move(call->respond);
-        call->respond = [respond, m, resp](const AttentionResult& r) {
-          ATTN_RETURN_IF_ERROR(respond(r));
-          return SerializeInto(m->response, resp);
-        };
-        return Status::Ok();
-      });
+  return ServeGrpc(calls_, Rpc::kModelInfer, ctx, static_cast<int64_t>(req->Length()), resp,
+                   [&](PreparedCall* call) {
+                     ATTN_RETURN_IF_ERROR(parsed);  // after the token and admission
+                     call->keep_alive = messages;
+                     Messages* m = messages.get();
+                     ATTN_RETURN_IF_ERROR(
+                         oip::PrepareInfer(m->request, *o.models, o.limits, call, &m->response));
+                     auto respond = std::move(call->respond);
+                     call->respond = [respond, m, resp](const AttentionResult& r) {
+                       ATTN_RETURN_IF_ERROR(respond(r));
+                       return SerializeInto(m->response, resp);
+                     };
+                     return Status::Ok();
+                   });
 }
 
 }  // namespace attn::server

@@ -1,12 +1,12 @@
 // inference.GRPCInferenceService (the Open Inference Protocol over gRPC) on
 // the attention server's port. ModelInfer takes the same path as every
-// attention.v1 call (AttentionServiceImpl::Serve): token, admission,
+// attention.v1 call (call/grpc_call.h, call/dispatch.h): token, admission,
 // limits, CPU budget, deadlines, metrics and the access log.
 #pragma once
 
 #include <atomic>
 
-#include "attention_service.h"
+#include "call/dispatch.h"
 #include "inference/open_inference_grpc.grpc.pb.h"
 
 namespace attn::server {
@@ -25,7 +25,7 @@ class OipServiceImpl final : public OipService {
  public:
   // `calls` and `ready` must outlive the service. `ready`: every model is
   // loaded and warmed up.
-  OipServiceImpl(AttentionServiceImpl* calls, const std::atomic<bool>* ready);
+  OipServiceImpl(CallDispatcher* calls, const std::atomic<bool>* ready);
 
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* ctx,
                                        const inference::ServerLiveRequest* req,
@@ -47,7 +47,7 @@ class OipServiceImpl final : public OipService {
                                        grpc::ByteBuffer* resp) override;
 
  private:
-  AttentionServiceImpl* const calls_;
+  CallDispatcher* const calls_;
   const std::atomic<bool>* const ready_;
 };
 

@@ -1,4 +1,4 @@
-#include "metrics_http.h"
+#include "ops/metrics_http.h"
 
 #include <httplib.h>
 

@@ -1,4 +1,4 @@
-#include "server_log.h"
+#include "ops/server_log.h"
 
 #include <atomic>
 #include <chrono>

@@ -1,4 +1,4 @@
-#include "server_metrics.h"
+#include "ops/server_metrics.h"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "token_auth.h"
+#include "ops/token_auth.h"
 
 #include <cctype>
 

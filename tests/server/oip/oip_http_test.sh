@@ -6,7 +6,7 @@
 # precision. Usage: oip_http_test.sh BUILD_DIR
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-source "$here/../scripts/loopback.sh"
+source "$here/../../scripts/loopback.sh"
 binary_test "$1"
 py=/usr/bin/python3
 work=$(mktemp -d)
