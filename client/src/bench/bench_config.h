@@ -1,5 +1,5 @@
 // attention-client bench: its settings (read from the command line by
-// cli/bench_flags.h, or from a --workload file by bench_mix.h).
+// cli/bench_flags.h, or from a --workload file by workload_file.h).
 #pragma once
 
 #include <cstdint>

@@ -16,9 +16,9 @@
 #include <thread>
 
 #include "bench/bench.h"
-#include "bench/bench_workload.h"
 #include "bench/client_cpu.h"
 #include "bench/metrics_scrape.h"
+#include "bench/prepared_calls.h"
 #include "oip_call.h"
 #include "wire/status_mapping.h"
 #include "wire/timing_trailer.h"

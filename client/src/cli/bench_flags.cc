@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "bench/bench_mix.h"
+#include "bench/workload_file.h"
 #include "cli/client_options.h"
 
 namespace attn::client {

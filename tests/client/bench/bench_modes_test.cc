@@ -12,7 +12,7 @@
 #include "attention_server.h"
 #include "attn/json.h"
 #include "bench/bench.h"
-#include "bench/bench_mix.h"
+#include "bench/workload_file.h"
 #include "cli/bench_flags.h"
 #include "status_matchers.h"
 #include "test_server.h"

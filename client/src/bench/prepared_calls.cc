@@ -1,4 +1,4 @@
-#include "bench/bench_workload.h"
+#include "bench/prepared_calls.h"
 
 #include <cmath>
 #include <fstream>

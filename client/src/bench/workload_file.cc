@@ -1,4 +1,4 @@
-#include "bench/bench_mix.h"
+#include "bench/workload_file.h"
 
 #include <yaml-cpp/yaml.h>
 
