@@ -209,7 +209,7 @@ TEST(Sdpa, FullyMaskedRowsGiveZerosNotNaN) {
   EXPECT_NEAR(row, 1.0, 1e-6);
 }
 
-// NaN and Inf in the inputs are answered under IEEE rules (README, "NaN and
+// NaN and Inf in the inputs are answered under IEEE rules (docs/api.md, "NaN and
 // Inf in the inputs"), on both paths (online softmax, and exact with weights).
 TEST(Sdpa, NanAndInfInInputsFollowIeee) {
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = INFINITY;

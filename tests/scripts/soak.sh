@@ -11,7 +11,7 @@
 # tenth of the samples, so that one sample taken mid-burst does not decide)
 # against the first sample after warm-up. The peak is printed too.
 #
-#   tests/scripts/soak.sh BUILD_DIR [SECONDS]      (CI: 60; the README's record: 600)
+#   tests/scripts/soak.sh BUILD_DIR [SECONDS]      (CI: 60; docs/testing.md's record: 600)
 set -euo pipefail
 build=${1:?usage: $0 BUILD_DIR [SECONDS]}
 seconds=${2:-60}

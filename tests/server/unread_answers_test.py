@@ -33,7 +33,7 @@ from attention_client import AttentionClient, to_tensor
 SERVER = os.environ["ATTN_SERVER_BIN"]
 STREAMS = 16    # --max-streams
 QUOTA_MB = 48   # --memory-quota-mb
-# README, "Memory held outside the calls": RSS stays under its resting value
+# docs/server.md, "Memory held outside the calls": RSS stays under its resting value
 # plus the quota plus a margin: one call per connection past the quota (4 x 4
 # MiB here), the calls computing (--threads of them, each with its request,
 # parsed copy, output and answer: 2 x 8 MiB), and the allocator's and gRPC's
@@ -213,7 +213,7 @@ class UnreadAnswers(unittest.TestCase):
         good = AttentionClient(f"127.0.0.1:{port}", timeout=20)
         # Under memory pressure gRPC's quota may close the good client's
         # connection while it is idle; a client retries UNAVAILABLE on a new
-        # one, as the README tells clients to.
+        # one, as docs/deployment.md tells clients to.
         good.channel.close()
         good.channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=[
             ("grpc.service_config", json.dumps({"methodConfig": [{
