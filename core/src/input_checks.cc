@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <string>
+#include <tuple>
+#include <vector>
 
 namespace attn::internal {
 
@@ -40,7 +42,7 @@ const char* LeadingDimName(int rank, int i) { return rank == 4 && i == 1 ? "head
 }  // namespace
 
 Status CheckQueryKeyValue(const TensorView& q, const TensorView& k, const TensorView& v,
-                          int min_rank, int max_rank) {
+                          int min_rank, int max_rank, bool grouped_heads) {
   ATTN_RETURN_IF_ERROR(ValidateFloatView(q, "query", min_rank, max_rank));
   ATTN_RETURN_IF_ERROR(ValidateFloatView(k, "key", min_rank, max_rank));
   ATTN_RETURN_IF_ERROR(ValidateFloatView(v, "value", min_rank, max_rank));
@@ -52,6 +54,21 @@ Status CheckQueryKeyValue(const TensorView& q, const TensorView& k, const Tensor
                                      std::to_string(rank) + "), got " + std::to_string(t->rank()));
     }
     for (int i = 0; i < rank - 2; ++i) {
+      if (grouped_heads && rank == 4 && i == 1) {
+        // Grouped-query attention: kv heads divide the query heads; value's
+        // kv heads are key's.
+        const int64_t want = t == &k ? q.shape[1] : k.shape[1];
+        const bool ok =
+            t == &k ? t->shape[1] > 0 ? want % t->shape[1] == 0 : want == 0 : t->shape[1] == want;
+        if (!ok) {
+          return Status::InvalidArgument(
+              t == &k ? "key: dim 1 (kv heads) must divide query's heads (" + std::to_string(want) +
+                            "), got " + std::to_string(t->shape[1])
+                      : "value: dim 1 (kv heads) must equal key's (" + std::to_string(want) +
+                            "), got " + std::to_string(t->shape[1]));
+        }
+        continue;
+      }
       if (t->shape[i] != q.shape[i]) {
         return Status::InvalidArgument(std::string(name) + ": dim " + std::to_string(i) + " (" +
                                        LeadingDimName(rank, i) + ") must equal query's (" +
@@ -90,6 +107,17 @@ StatusOr<float> ResolveScale(const std::optional<float>& scale, int64_t dim) {
 
 Status ResolveMasks(const AttentionMasks& masks, bool unbatched, AttentionProblem* p) {
   p->causal = masks.causal;
+  p->pos_offset = masks.causal_alignment == CausalAlignment::kBottomRight ? p->lk - p->lq : 0;
+  for (const auto& [name, w, dst] :
+       {std::tuple{"window_left", masks.window_left, &p->window_left},
+        std::tuple{"window_right", masks.window_right, &p->window_right}}) {
+    if (!w.has_value()) continue;
+    if (*w < 0) {
+      return Status::InvalidArgument(std::string(name) + ": must be >= 0 (unset: unbounded), got " +
+                                     std::to_string(*w));
+    }
+    *dst = *w;
+  }
   if (masks.key_padding_mask.has_value()) {
     const TensorView& m = *masks.key_padding_mask;
     const std::string want =
@@ -148,6 +176,72 @@ Status ResolveMasks(const AttentionMasks& masks, bool unbatched, AttentionProble
       p->bias_stride[a] = (map[a] < 0 || m.shape[map[a]] == 1) ? 0 : m.strides[map[a]];
     }
     p->bias = m.f32();
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+// A float32 view of one of `shapes`, every value finite; `what` names it.
+Status CheckSmallFloatTensor(const TensorView& t, const char* what,
+                             const std::vector<Shape>& shapes) {
+  std::string want;
+  bool ok = false;
+  for (const Shape& s : shapes) {
+    want += (want.empty() ? "" : " or ") + ShapeToString(s);
+    ok = ok || t.shape == s;
+  }
+  if (t.dtype != DataType::kFloat32) {
+    return Status::InvalidArgument(std::string(what) + ": dtype must be float32, got " +
+                                   DataTypeName(t.dtype));
+  }
+  if (!ok) {
+    return Status::InvalidArgument(std::string(what) + ": expected shape " + want + ", got " +
+                                   ShapeToString(t.shape));
+  }
+  if (t.strides.size() != t.shape.size()) {
+    return Status::InvalidArgument(std::string(what) + ": strides do not match its rank");
+  }
+  const int64_t n = NumElements(t.shape);
+  if (n > 0 && t.data == nullptr) return Status::InvalidArgument(std::string(what) + ": no data");
+  const int64_t inner = t.rank() == 2 ? t.shape[1] : n;
+  for (int64_t e = 0; e < n; ++e) {
+    const int64_t off = t.rank() == 2 ? (e / inner) * t.strides[0] + (e % inner) * t.strides[1]
+                                      : e * (t.rank() == 1 ? t.strides[0] : 0);
+    const float x = t.f32()[off];
+    if (!std::isfinite(x)) {
+      return Status::InvalidArgument(std::string(what) + ": values must be finite, got " +
+                                     std::to_string(x) + " at element " + std::to_string(e));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ResolveScoreOptions(const AttentionScoreOptions& o, AttentionProblem* p) {
+  if (o.softcap.has_value()) {
+    if (!(*o.softcap > 0.0f) || !std::isfinite(*o.softcap)) {
+      return Status::InvalidArgument("softcap: must be > 0 and finite, got " +
+                                     std::to_string(*o.softcap));
+    }
+    p->softcap = *o.softcap;
+  }
+  if (o.alibi_slopes.has_value()) {
+    const TensorView& t = *o.alibi_slopes;
+    ATTN_RETURN_IF_ERROR(
+        CheckSmallFloatTensor(t, "alibi_slopes", {{p->heads}, {p->batch, p->heads}}));
+    p->alibi = t.f32();
+    p->alibi_stride[0] = t.rank() == 2 ? t.strides[0] : 0;
+    p->alibi_stride[1] = t.strides[t.rank() - 1];
+  }
+  if (o.sink_logits.has_value()) {
+    const TensorView& t = *o.sink_logits;
+    ATTN_RETURN_IF_ERROR(CheckSmallFloatTensor(t, "sink_logits", {{p->heads}}));
+    if (p->heads > 0 && t.strides[0] != 1) {
+      return Status::InvalidArgument("sink_logits: must be contiguous");
+    }
+    p->sink = t.f32();
   }
   return Status::Ok();
 }

@@ -21,13 +21,19 @@ Status ValidateFloatView(const TensorView& view, const std::string& name, int mi
 
 // Checks query, key and value as float views of rank [min_rank, max_rank],
 // key and value of the query's rank with its leading (batch, heads) dims, and
-// value's Lk (dim -2) equal to key's.
+// value's Lk (dim -2) equal to key's. With `grouped_heads`, rank-4 key and
+// value may have fewer heads, a divisor of the query's (GQA, MQA).
 Status CheckQueryKeyValue(const TensorView& query, const TensorView& key, const TensorView& value,
-                          int min_rank, int max_rank);
+                          int min_rank, int max_rank, bool grouped_heads = false);
 
 // Checks the masks against [B, H, Lq, Lk] and fills the mask fields of
 // `problem`. `unbatched` allows key_padding_mask of shape [Lk].
 Status ResolveMasks(const AttentionMasks& masks, bool unbatched, AttentionProblem* problem);
+
+// Checks softcap (> 0, finite), ALiBi slopes ([H] or [B, H]) and sink
+// logits ([H]), float32 and finite, and fills those fields of `problem`
+// (whose batch and heads are set).
+Status ResolveScoreOptions(const AttentionScoreOptions& options, AttentionProblem* problem);
 
 // Checks that `scale`, when given, is finite, and returns it or 1/sqrt(dim).
 StatusOr<float> ResolveScale(const std::optional<float>& scale, int64_t dim);

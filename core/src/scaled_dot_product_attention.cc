@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <dnnl.hpp>
 #include <string>
 
@@ -10,13 +11,13 @@ namespace {
 
 struct SdpaPlan {
   internal::AttentionProblem p;  // without the output pointers
-  Shape out_shape, weights_shape;
+  Shape out_shape, weights_shape, lse_shape;
   AttentionCost cost;
 };
 
 StatusOr<SdpaPlan> PlanSdpa(const TensorView& q, const TensorView& k, const TensorView& v,
                             const ScaledDotProductAttentionOptions& opt) {
-  ATTN_RETURN_IF_ERROR(internal::CheckQueryKeyValue(q, k, v, 2, 4));
+  ATTN_RETURN_IF_ERROR(internal::CheckQueryKeyValue(q, k, v, 2, 4, /*grouped_heads=*/true));
   const int rank = q.rank();
   const int64_t d = q.dim(-1);
   if (d == 0) return Status::InvalidArgument("query: last dim (D) must be positive, got 0");
@@ -30,6 +31,7 @@ StatusOr<SdpaPlan> PlanSdpa(const TensorView& q, const TensorView& k, const Tens
   internal::AttentionProblem p;
   p.batch = rank >= 3 ? q.shape[0] : 1;
   p.heads = rank == 4 ? q.shape[1] : 1;
+  p.kv_group = rank == 4 && k.shape[1] > 0 ? std::max<int64_t>(1, q.shape[1] / k.shape[1]) : 1;
   p.lq = q.dim(-2), p.lk = k.dim(-2), p.d = d, p.dv = v.dim(-1);
   p.scale = *scale;
   p.threads = opt.num_threads;
@@ -42,10 +44,12 @@ StatusOr<SdpaPlan> PlanSdpa(const TensorView& q, const TensorView& k, const Tens
   };
   set_strides(q, &p.q), set_strides(k, &p.k), set_strides(v, &p.v);
   ATTN_RETURN_IF_ERROR(internal::ResolveMasks(opt.masks, rank == 2, &p));
+  ATTN_RETURN_IF_ERROR(internal::ResolveScoreOptions(opt.score, &p));
 
   Shape lead(q.shape.begin(), q.shape.end() - 2);
-  Shape out_shape = lead, w_shape = lead;
+  Shape out_shape = lead, w_shape = lead, lse_shape = lead;
   out_shape.insert(out_shape.end(), {p.lq, p.dv});
+  lse_shape.push_back(p.lq);
   w_shape.insert(w_shape.end(), {p.lq, p.lk});
   auto out_n = CheckedNumElements(out_shape, "output");
   if (!out_n.ok()) return out_n.status();
@@ -58,11 +62,14 @@ StatusOr<SdpaPlan> PlanSdpa(const TensorView& q, const TensorView& k, const Tens
   plan.p = p;
   plan.out_shape = std::move(out_shape);
   plan.weights_shape = std::move(w_shape);
+  plan.lse_shape = std::move(lse_shape);
   const double pairs = static_cast<double>(p.batch * p.heads) * static_cast<double>(p.lq) *
                        static_cast<double>(p.lk);
   plan.cost.work = pairs * static_cast<double>(p.d);
   plan.cost.flops = 2.0 * pairs * (static_cast<double>(p.d) + static_cast<double>(p.dv));
-  plan.cost.result_bytes = 4.0 * (static_cast<double>(*out_n) + (opt.need_weights ? pairs : 0.0));
+  plan.cost.result_bytes =
+      4.0 * (static_cast<double>(*out_n) + (opt.need_weights ? pairs : 0.0) +
+             (opt.score.return_lse ? static_cast<double>(p.batch * p.heads * p.lq) : 0.0));
   return plan;
 }
 
@@ -78,6 +85,10 @@ StatusOr<AttentionResult> Sdpa(const TensorView& q, const TensorView& k, const T
   if (opt.need_weights) {
     result.weights = Tensor(plan->weights_shape);
     p.weights = result.weights->data.data();
+  }
+  if (opt.score.return_lse) {
+    result.lse = Tensor(plan->lse_shape);
+    p.lse = result.lse->data.data();
   }
   ATTN_RETURN_IF_ERROR(internal::RunBlockedAttention(p, opt.cancelled));
   return result;

@@ -15,11 +15,20 @@
 
 namespace attn {
 
+// Where query row i sits among the keys: p_i = i (top-left, PyTorch's
+// is_causal) or p_i = i + Lk - Lq (bottom-right, FlashAttention's; the new
+// tokens of a KV cache). Causal masks and windows are relative to p_i.
+enum class CausalAlignment { kTopLeft, kBottomRight };
+
 // Masks, combinable. A query row whose keys are all masked gets zeros in the
 // output and in the weights, never NaN (PyTorch would give NaN there).
 struct AttentionMasks {
-  // Query i never sees key j > i. Aligned upper-left when Lq != Lk.
+  // Query i never sees key j > p_i (p_i = i: aligned top-left by default).
   bool causal = false;
+  CausalAlignment causal_alignment = CausalAlignment::kTopLeft;
+  // A sliding window, with or without `causal`: query i sees key j only when
+  // p_i - window_left <= j <= p_i + window_right. Unset: unbounded; >= 0.
+  std::optional<int64_t> window_left, window_right;
   // Bool [B, Lk] (or [Lk] for unbatched inputs): true means ignore that key,
   // as in PyTorch nn.MultiheadAttention.
   std::optional<TensorView> key_padding_mask;
@@ -42,6 +51,23 @@ struct AttentionResult {
   // the values are in the caller's buffer.
   Tensor output;
   std::optional<Tensor> weights;  // [.., Lq, Lk], present when requested
+  // [.., Lq]: log(sum_j exp(s_ij) + exp(sink_h)), -inf for a row with every
+  // key masked and no sink; present when return_lse was set. Two results
+  // over disjoint key ranges merge exactly through it.
+  std::optional<Tensor> lse;
+};
+
+// The score terms beyond the masks (the attention of current LLMs). With
+// s_ij = scale * q_i . k_j:
+//   softcap:      s_ij = softcap * tanh(s_ij / softcap)       (Gemma 2)
+//   attn_bias and ALiBi then add: s_ij += bias_ij - slope_h * |p_i - j|
+//   sink_logits:  one extra logit sink_h per head in the softmax's sum that
+//                 attends to nothing, so the weights sum to less than 1.
+struct AttentionScoreOptions {
+  std::optional<float> softcap;            // > 0 and finite
+  std::optional<TensorView> alibi_slopes;  // float32 [H] or [B, H], finite
+  std::optional<TensorView> sink_logits;   // float32 [H], finite
+  bool return_lse = false;
 };
 
 // Lets the caller choose where the output goes (a server: straight into its
@@ -52,6 +78,7 @@ using OutputAllocator = std::function<float*(const Shape& shape)>;
 
 struct ScaledDotProductAttentionOptions {
   AttentionMasks masks;
+  AttentionScoreOptions score;
   std::optional<float> scale;  // default 1/sqrt(D); must be finite
   bool need_weights = false;
   // Polled between blocks; when it becomes true the call returns CANCELLED.
@@ -64,9 +91,13 @@ struct ScaledDotProductAttentionOptions {
 
 // softmax(Q K^T * scale + mask) V.
 // query [.., Lq, D], key [.., Lk, D], value [.., Lk, Dv], where the leading
-// dims are none, [B] or [B, H] and agree across the three. Views may have any
-// strides; nothing is transposed or copied whole. Without need_weights the
-// extra memory is independent of Lq and Lk (blocked online softmax).
+// dims are none, [B] or [B, H] and agree across the three, except that key
+// and value may have fewer heads than the query (grouped-query attention:
+// [B, Hkv, Lk, *] with Hkv dividing H; query head h reads kv head
+// h / (H / Hkv), PyTorch's enable_gqa grouping; K and V are never repeated).
+// Views may have any strides; nothing is transposed or copied whole. Without
+// need_weights the extra memory is independent of Lq and Lk (blocked online
+// softmax).
 StatusOr<AttentionResult> ScaledDotProductAttention(
     const TensorView& query, const TensorView& key, const TensorView& value,
     const ScaledDotProductAttentionOptions& options = {});

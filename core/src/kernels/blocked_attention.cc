@@ -145,8 +145,8 @@ class BlockedAttention {
       const int64_t valid = p_.causal ? std::min(i + 1, lk) : lk;
       float row_scale = p_.scale;
       if (general_mask) {
-        ApplyMasks(row, valid, bh / p_.heads, bh % p_.heads, i, 0);
-        row_scale = 1.0f;  // ApplyMasks has scaled the row
+        ApplyScores(row, valid, bh / p_.heads, bh % p_.heads, i, 0);
+        row_scale = 1.0f;  // ApplyScores has scaled the row
       }
       const float m = kern_.scaled_max(row, valid, row_scale);
       if (m == kNegInf) {  // every key masked: P = 0 and the output row is 0
@@ -209,6 +209,10 @@ class BlockedAttention {
   static const float* Row(const Strided4D& t, int64_t b, int64_t h, int64_t i) {
     return t.data + b * t.stride[0] + h * t.stride[1] + i * t.stride[2];
   }
+  // Row i of the key or value head that query head h reads (GQA grouping).
+  const float* KvRow(const Strided4D& t, int64_t b, int64_t h, int64_t i) const {
+    return Row(t, b, h / p_.kv_group, i);
+  }
 
   // All heads of `t` ([B, H, rows, cols]) as dense [B * H, rows, cols]:
   // the tensor itself when it is laid out so, else a copy in `buf`.
@@ -230,10 +234,17 @@ class BlockedAttention {
   Status RunOnline(const Block& blk, const float* q, float* out, Workspace& ws,
                    const std::atomic<bool>* cancelled) const {
     const int64_t qn = blk.qn, q0 = blk.q0, d = p_.d, dv = p_.dv;
-    const int64_t k_end = p_.causal ? std::min(p_.lk, q0 + qn) : p_.lk;
-    const int64_t nkb = (k_end + kBlockK - 1) / kBlockK;
-    const bool general_mask = p_.kpm != nullptr || p_.bias != nullptr;
-    float* s = Workspace::Ensure(ws.s, qn * std::min(kBlockK, k_end));
+    // The keys any row of the block sees: both ends of a row's range rise
+    // with the row, so the block's range runs from its first row's start to
+    // its last row's end. Key blocks outside it are never visited.
+    int64_t k_begin = 0, k_end = 0, unused = 0;
+    p_.KeyRange(q0, &k_begin, &unused);
+    p_.KeyRange(q0 + qn - 1, &unused, &k_end);
+    k_end = std::max(k_end, k_begin);
+    const int64_t nkb = (k_end - k_begin + kBlockK - 1) / kBlockK;
+    const bool general_mask = GeneralScores();
+    float* s =
+        Workspace::Ensure(ws.s, qn * std::max<int64_t>(1, std::min(kBlockK, k_end - k_begin)));
     float* o = Workspace::Ensure(ws.o, qn * dv);
     float* m = Workspace::Ensure(ws.m, qn);
     float* l = Workspace::Ensure(ws.l, qn);
@@ -245,34 +256,42 @@ class BlockedAttention {
       if (kb > 0 && cancelled != nullptr && cancelled->load(std::memory_order_relaxed)) {
         return Status::Cancelled("attention: cancelled");
       }
-      const int64_t k0 = kb * kBlockK, kn = std::min(kBlockK, k_end - k0);
+      const int64_t k0 = k_begin + kb * kBlockK, kn = std::min(kBlockK, k_end - k0);
       const float* k =
-          DenseRows(Row(p_.k, blk.b, blk.h, k0), kn, d, p_.k.stride[2], p_.k.stride[3], ws.kp);
+          DenseRows(KvRow(p_.k, blk.b, blk.h, k0), kn, d, p_.k.stride[2], p_.k.stride[3], ws.kp);
       const float* v =
-          DenseRows(Row(p_.v, blk.b, blk.h, k0), kn, dv, p_.v.stride[2], p_.v.stride[3], ws.vp);
+          DenseRows(KvRow(p_.v, blk.b, blk.h, k0), kn, dv, p_.v.stride[2], p_.v.stride[3], ws.vp);
 
       // S = Q K^T; K^T is a transposed format tag on the dense K block.
       Matmul({qn, kn, d, d, d, kn, /*b_transposed=*/true, false, false, 1}, q, k, s);
 
       for (int64_t i = 0; i < qn; ++i) {
-        float* row = s + i * kn;
-        const int64_t valid = p_.causal ? std::clamp<int64_t>(q0 + i - k0 + 1, 0, kn) : kn;
+        float* row_all = s + i * kn;
+        // This row's keys in the block: [a, e). Inside the band no element
+        // needs a mask; only the range's ends cut it.
+        int64_t lo = 0, hi = 0;
+        p_.KeyRange(q0 + i, &lo, &hi);
+        const int64_t a = std::clamp<int64_t>(lo - k0, 0, kn);
+        const int64_t e = std::clamp<int64_t>(hi - k0, a, kn);
+        const int64_t valid = e - a;
+        float* row = row_all + a;
         float row_scale = p_.scale;
         if (general_mask && valid > 0) {
-          ApplyMasks(row, valid, blk.b, blk.h, q0 + i, k0);
-          row_scale = 1.0f;  // ApplyMasks has scaled the row
+          ApplyScores(row, valid, blk.b, blk.h, q0 + i, k0 + a);
+          row_scale = 1.0f;  // ApplyScores has scaled the row
         }
+        std::fill(row_all, row, 0.0f);
         const float m_blk = valid > 0 ? kern_.scaled_max(row, valid, row_scale) : kNegInf;
         const float m_old = m[i];
         // NaN (from a NaN input) is kept and propagates to this row's output.
         const float m_new = std::isnan(m_blk) ? m_blk : std::max(m_old, m_blk);
         if (m_new == kNegInf) {  // every key so far masked: P = 0, O stays 0
-          std::fill(row, row + kn, 0.0f);
+          std::fill(row_all, row_all + kn, 0.0f);
           alpha[i] = 1.0f;
           continue;
         }
         const float sum = kern_.exp_sum(row, valid, row_scale, m_new);
-        std::fill(row + valid, row + kn, 0.0f);
+        std::fill(row + valid, row_all + kn, 0.0f);
         alpha[i] = m_old == kNegInf ? 0.0f : std::exp(m_old - m_new);
         l[i] = l[i] * alpha[i] + sum;
         m[i] = m_new;
@@ -291,14 +310,34 @@ class BlockedAttention {
     // Normalise. A fully masked row has l == 0 and gets zeros; a NaN sum stays NaN.
     for (int64_t i = 0; i < qn; ++i) {
       float* dst = out + i * p_.out_stride[2];
-      if (nkb == 0 || l[i] == 0.0f) {
+      const float mi = nkb == 0 ? kNegInf : m[i], li = nkb == 0 ? 0.0f : l[i];
+      const Finish f = FinishRow(blk.h, mi, li);
+      if (p_.lse != nullptr) p_.lse[(blk.b * p_.heads + blk.h) * p_.lq + q0 + i] = f.lse;
+      if (f.factor == 0.0f) {
         std::fill(dst, dst + dv, 0.0f);
         continue;
       }
-      const float inv = 1.0f / l[i];
-      for (int64_t c = 0; c < dv; ++c) dst[c] = o[i * dv + c] * inv;
+      for (int64_t c = 0; c < dv; ++c) dst[c] = o[i * dv + c] * f.factor;
     }
     return Status::Ok();
+  }
+
+  // How a row with running max m and sum l (of exp(s - m)) ends: what its
+  // accumulated P V is multiplied by, and its log-sum-exp, with the head's
+  // sink logit in the sum. No keys seen and no sink: factor 0, lse -inf.
+  struct Finish {
+    float factor, lse;
+  };
+  Finish FinishRow(int64_t h, float m, float l) const {
+    if (p_.sink == nullptr) {
+      if (l == 0.0f) return {0.0f, kNegInf};
+      return {1.0f / l, m + std::log(l)};
+    }
+    const float sink = p_.sink[h];
+    const float mf = std::isnan(m) ? m : std::max(m, sink);
+    const float seen = m == kNegInf || l == 0.0f ? 0.0f : std::exp(m - mf);
+    const float lf = l * seen + std::exp(sink - mf);
+    return {seen / lf, mf + std::log(lf)};
   }
 
   // The exact path, for when the weights are wanted and so an [Lq, Lk]
@@ -309,22 +348,46 @@ class BlockedAttention {
     const int64_t qn = blk.qn, q0 = blk.q0, lk = p_.lk, d = p_.d, dv = p_.dv;
     float* w = p_.weights + ((blk.b * p_.heads + blk.h) * p_.lq + q0) * lk;
     const float* k =
-        DenseRows(Row(p_.k, blk.b, blk.h, 0), lk, d, p_.k.stride[2], p_.k.stride[3], ws.kp);
+        DenseRows(KvRow(p_.k, blk.b, blk.h, 0), lk, d, p_.k.stride[2], p_.k.stride[3], ws.kp);
     const float* v =
-        DenseRows(Row(p_.v, blk.b, blk.h, 0), lk, dv, p_.v.stride[2], p_.v.stride[3], ws.vp);
+        DenseRows(KvRow(p_.v, blk.b, blk.h, 0), lk, dv, p_.v.stride[2], p_.v.stride[3], ws.vp);
     Matmul({qn, lk, d, d, d, lk, /*b_transposed=*/true, false, false, 1}, q, k, w);
 
     float* row_max = Workspace::Ensure(ws.m, qn);
     for (int64_t i = 0; i < qn; ++i) {
       float* row = w + i * lk;
-      ApplyMasks(row, lk, blk.b, blk.h, q0 + i, 0);
-      if (p_.causal && q0 + i + 1 < lk) std::fill(row + q0 + i + 1, row + lk, kNegInf);
+      ApplyScores(row, lk, blk.b, blk.h, q0 + i, 0);
+      int64_t lo = 0, hi = 0;
+      p_.KeyRange(q0 + i, &lo, &hi);
+      hi = std::max(hi, lo);
+      std::fill(row, row + lo, kNegInf);
+      std::fill(row + hi, row + lk, kNegInf);
       row_max[i] = kern_.scaled_max(row, lk, 1.0f);
     }
-    Softmax({qn, lk, 1}, w);
-    // oneDNN gives NaN (0/0) for a row of -inf; such a row is fully masked.
-    for (int64_t i = 0; i < qn; ++i) {
-      if (row_max[i] == kNegInf) std::fill(w + i * lk, w + (i + 1) * lk, 0.0f);
+    if (p_.sink != nullptr || p_.lse != nullptr) {
+      // The sink's logit joins each row's sum, which oneDNN's softmax
+      // primitive cannot express: the row kernels normalise instead.
+      for (int64_t i = 0; i < qn; ++i) {
+        float* row = w + i * lk;
+        const float m = row_max[i];
+        const float mf = p_.sink == nullptr || std::isnan(m) ? m : std::max(m, p_.sink[blk.h]);
+        float lse = kNegInf;
+        if (mf == kNegInf) {
+          std::fill(row, row + lk, 0.0f);
+        } else {
+          const float seen = kern_.exp_sum(row, lk, 1.0f, mf);
+          const float sum = seen + (p_.sink != nullptr ? std::exp(p_.sink[blk.h] - mf) : 0.0f);
+          kern_.scale(row, lk, 1.0f / sum);
+          lse = mf + std::log(sum);
+        }
+        if (p_.lse != nullptr) p_.lse[(blk.b * p_.heads + blk.h) * p_.lq + q0 + i] = lse;
+      }
+    } else {
+      Softmax({qn, lk, 1}, w);
+      // oneDNN gives NaN (0/0) for a row of -inf; such a row is fully masked.
+      for (int64_t i = 0; i < qn; ++i) {
+        if (row_max[i] == kNegInf) std::fill(w + i * lk, w + (i + 1) * lk, 0.0f);
+      }
     }
 
     float* o = Workspace::Ensure(ws.o, qn * dv);
@@ -335,28 +398,9 @@ class BlockedAttention {
     return Status::Ok();
   }
 
-  // row[j] = row[j] * scale + bias(b, h, i, k0 + j), or -inf where the key is padded.
-  void ApplyMasks(float* row, int64_t n, int64_t b, int64_t h, int64_t i, int64_t k0) const {
-    const float scale = p_.scale;
-    if (p_.bias != nullptr) {
-      const float* bias = p_.bias + b * p_.bias_stride[0] + h * p_.bias_stride[1] +
-                          i * p_.bias_stride[2] + k0 * p_.bias_stride[3];
-      const int64_t bs = p_.bias_stride[3];
-      if (bs == 1) {
-        kern_.scale_add(row, n, scale, bias);
-      } else {
-        for (int64_t j = 0; j < n; ++j) row[j] = row[j] * scale + bias[j * bs];
-      }
-    } else {
-      kern_.scale(row, n, scale);
-    }
-    if (p_.kpm != nullptr) {
-      const uint8_t* kpm = p_.kpm + b * p_.kpm_stride[0] + k0 * p_.kpm_stride[1];
-      const int64_t ks = p_.kpm_stride[1];
-      for (int64_t j = 0; j < n; ++j) {
-        if (kpm[j * ks] != 0) row[j] = kNegInf;
-      }
-    }
+  bool GeneralScores() const { return HasScoreTerms(p_); }
+  void ApplyScores(float* row, int64_t n, int64_t b, int64_t h, int64_t i, int64_t k0) const {
+    ApplyScoreTerms(p_, kern_, row, n, b, h, i, k0);
   }
 
   const AttentionProblem& p_;
@@ -374,6 +418,7 @@ Status RunBlockedAttention(const AttentionProblem& p, const std::atomic<bool>* c
         for (int64_t i = 0; i < p.lq; ++i) {
           float* row = p.out + b * p.out_stride[0] + h * p.out_stride[1] + i * p.out_stride[2];
           std::fill(row, row + p.dv, 0.0f);
+          if (p.lse != nullptr) p.lse[(b * p.heads + h) * p.lq + i] = p.sink ? p.sink[h] : kNegInf;
         }
     return Status::Ok();
   }
@@ -388,7 +433,8 @@ Status RunBlockedAttention(const AttentionProblem& p, const std::atomic<bool>* c
          p.batch * p.heads * ((p.lq + block_q - 1) / block_q) < int64_t{2} * threads) {
     block_q /= 2;
   }
-  if (flops < kSerialFlops && p.batch * p.heads > 1 && p.lq <= kBlockQ && p.lk <= kBlockK) {
+  if (flops < kSerialFlops && p.batch * p.heads > 1 && p.lq <= kBlockQ && p.lk <= kBlockK &&
+      p.Plain()) {
     return GuardExceptions("attention", [&] {
       return BlockedAttention(p, p.lq).RunAllHeads(ThreadWorkspace(), cancelled);
     });

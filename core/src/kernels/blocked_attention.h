@@ -38,7 +38,44 @@ struct AttentionProblem {
   // Additive bias: element (b, h, i, j) through bias_stride (0 on broadcast dims).
   const float* bias = nullptr;
   int64_t bias_stride[4] = {0, 0, 0, 0};
+
+  // Grouped-query attention: query head h reads kv head h / kv_group of k
+  // and v (whose stride[1] steps kv heads).
+  int64_t kv_group = 1;
+  // p_i = i + pos_offset: 0 aligns top-left, Lk - Lq bottom-right.
+  int64_t pos_offset = 0;
+  // Key j is visible to query i when p_i - window_left <= j <= p_i +
+  // window_right (and, with causal, j <= p_i); -1: unbounded.
+  int64_t window_left = -1, window_right = -1;
+  // s = softcap * tanh(s / softcap) after the scale; 0: none.
+  float softcap = 0.0f;
+  // ALiBi: s -= slope(b, h) * |p_i - j|, slope at alibi[b * s0 + h * s1].
+  const float* alibi = nullptr;
+  int64_t alibi_stride[2] = {0, 0};
+  // One extra logit per head, sink[h], in every row's softmax sum.
+  const float* sink = nullptr;
+  // Dense [B, H, Lq] log-sum-exp of each row, or null when not wanted.
+  float* lse = nullptr;
+
+  // The keys query row i may see: [*lo, *hi), empty when *hi <= *lo.
+  void KeyRange(int64_t i, int64_t* lo, int64_t* hi) const;
+  // True when none of the terms after the bias above is in use.
+  bool Plain() const {
+    return kv_group == 1 && pos_offset == 0 && window_left < 0 && window_right < 0 &&
+           softcap == 0.0f && alibi == nullptr && sink == nullptr && lse == nullptr;
+  }
 };
+
+struct SoftmaxKernels;
+
+// True when a row's scores need more than the scale: a key padding mask, a
+// bias, a softcap or ALiBi (score_rows.cc).
+bool HasScoreTerms(const AttentionProblem& p);
+// Turns row[0, n), the raw dot products of query row i (batch b, query head
+// h) with keys k0..k0+n-1, into scores: scale, softcap, + bias, - ALiBi, and
+// -inf where the key is padded.
+void ApplyScoreTerms(const AttentionProblem& p, const SoftmaxKernels& kern, float* row, int64_t n,
+                     int64_t b, int64_t h, int64_t i, int64_t k0);
 
 // Computes the problem. Every element of `out` is written; `weights` must be
 // zero-filled by the caller (blocks above the causal diagonal are skipped).

@@ -1,0 +1,85 @@
+// The per-row passes of the blocked kernel (blocked_attention.cc) that are
+// not matmuls: the keys a query row sees, and the score terms of one row of
+// a block (scale, softcap, bias, ALiBi, padding).
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+#include "kernels/blocked_attention.h"
+#include "kernels/softmax_kernels.h"
+
+namespace attn::internal {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+void MaskPadded(const AttentionProblem& p, float* row, int64_t n, int64_t b, int64_t k0) {
+  if (p.kpm == nullptr) return;
+  const uint8_t* kpm = p.kpm + b * p.kpm_stride[0] + k0 * p.kpm_stride[1];
+  const int64_t ks = p.kpm_stride[1];
+  for (int64_t j = 0; j < n; ++j) {
+    if (kpm[j * ks] != 0) row[j] = kNegInf;
+  }
+}
+
+const float* BiasRow(const AttentionProblem& p, int64_t b, int64_t h, int64_t i, int64_t k0) {
+  return p.bias + b * p.bias_stride[0] + h * p.bias_stride[1] + i * p.bias_stride[2] +
+         k0 * p.bias_stride[3];
+}
+
+}  // namespace
+
+void AttentionProblem::KeyRange(int64_t i, int64_t* lo, int64_t* hi) const {
+  const int64_t pos = i + pos_offset;  // may lie outside [0, Lk)
+  int64_t begin = 0, end = lk;
+  if (window_left >= 0 && pos > window_left) begin = std::min(lk, pos - window_left);
+  if (causal) end = std::clamp<int64_t>(pos + 1, 0, lk);
+  if (window_right >= 0 && window_right < lk - pos) {
+    end = std::min(end, std::max<int64_t>(0, pos + window_right + 1));
+  }
+  *lo = begin;
+  *hi = end;
+}
+
+bool HasScoreTerms(const AttentionProblem& p) {
+  return p.kpm != nullptr || p.bias != nullptr || p.softcap != 0.0f || p.alibi != nullptr;
+}
+
+void ApplyScoreTerms(const AttentionProblem& p, const SoftmaxKernels& kern, float* row, int64_t n,
+                     int64_t b, int64_t h, int64_t i, int64_t k0) {
+  const int64_t bs = p.bias_stride[3];
+  if (p.softcap == 0.0f && p.alibi == nullptr) {
+    // The masks alone: the row kernels' fused scale (+ bias).
+    if (p.bias != nullptr && bs == 1) {
+      kern.scale_add(row, n, p.scale, BiasRow(p, b, h, i, k0));
+    } else if (p.bias != nullptr) {
+      const float* bias = BiasRow(p, b, h, i, k0);
+      for (int64_t j = 0; j < n; ++j) row[j] = row[j] * p.scale + bias[j * bs];
+    } else {
+      kern.scale(row, n, p.scale);
+    }
+    return MaskPadded(p, row, n, b, k0);
+  }
+  const float cap = p.softcap;
+  if (cap != 0.0f) {
+    const float inner = p.scale / cap;
+    for (int64_t j = 0; j < n; ++j) row[j] = cap * std::tanh(row[j] * inner);
+  } else {
+    kern.scale(row, n, p.scale);
+  }
+  if (p.bias != nullptr) {
+    const float* bias = BiasRow(p, b, h, i, k0);
+    for (int64_t j = 0; j < n; ++j) row[j] += bias[j * bs];
+  }
+  if (p.alibi != nullptr) {
+    const float slope = p.alibi[b * p.alibi_stride[0] + h * p.alibi_stride[1]];
+    const int64_t pos = i + p.pos_offset;
+    for (int64_t j = 0; j < n; ++j) {
+      row[j] -= slope * static_cast<float>(std::llabs(pos - (k0 + j)));
+    }
+  }
+  MaskPadded(p, row, n, b, k0);
+}
+
+}  // namespace attn::internal
