@@ -190,6 +190,7 @@ StatusOr<MhaPlan> PlanMha(const ProjectionWeights& w, const TensorView& query,
   p.scale = *scale;
   p.threads = opt.num_threads > 0 ? opt.num_threads : ComputeThreads();
   ATTN_RETURN_IF_ERROR(internal::ResolveMasks(opt.masks, unbatched, &p));
+  ATTN_RETURN_IF_ERROR(internal::ResolveScoreOptions(opt.score, &p));
   // Every buffer is at most a product of these checked shapes.
   const int64_t eo = w.out.has_value() ? w.out->weight.shape[0] : ev;
   // (One Shape and one name for the four checks: a small call plans twice,
@@ -223,7 +224,8 @@ StatusOr<MhaPlan> PlanMha(const ProjectionWeights& w, const TensorView& query,
            (w.out ? dq * dev * static_cast<double>(eo) : 0.0)) +
       2.0 * plan.cost.work + 2.0 * b * hq * dq * dk * static_cast<double>(dvh);
   plan.cost.result_bytes = 4.0 * (b * dq * static_cast<double>(eo) +
-                                  (opt.average_weights ? weights_elems / hq : weights_elems));
+                                  (opt.average_weights ? weights_elems / hq : weights_elems) +
+                                  (opt.score.return_lse ? b * hq * dq : 0.0));
   plan.cost.scratch_bytes = 4.0 * (b * dq * (de + dev) + b * dk * (de + dev) + weights_elems);
   return plan;
 }
@@ -292,6 +294,10 @@ StatusOr<AttentionResult> Mha(const ProjectionWeights& w, const TensorView& quer
   if (opt.need_weights) {
     per_head = Tensor({batch, h, lq, lk});
     p.weights = per_head.data.data();
+  }
+  if (opt.score.return_lse) {
+    result.lse = Tensor(unbatched ? Shape{h, lq} : Shape{batch, h, lq});
+    p.lse = result.lse->data.data();
   }
   ATTN_RETURN_IF_ERROR(internal::RunBlockedAttention(p, opt.cancelled));
 

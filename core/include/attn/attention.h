@@ -125,6 +125,8 @@ struct ProjectionWeights {
 struct MultiHeadAttentionOptions {
   int64_t num_heads = 1;
   AttentionMasks masks;
+  // As for SDPA, per head; the lse is [B, H, Lq] ([H, Lq] unbatched).
+  AttentionScoreOptions score;
   std::optional<float> scale;  // default 1/sqrt(head_dim); must be finite
   bool need_weights = false;
   // true: weights averaged over heads [B, Lq, Lk] (PyTorch's default);

@@ -19,6 +19,37 @@ CallRequest NativeShared(const Request& req, CallOp op, const PreparedCall& call
   return c;
 }
 
+// AttentionOptions into the call; the numbers themselves are core's to check.
+Status NativeOptions(const attention::v1::AttentionOptions& o, const PreparedCall& call,
+                     CallRequest* c) {
+  switch (o.causal_alignment()) {
+    case attention::v1::CAUSAL_ALIGNMENT_TOP_LEFT:
+      c->causal_alignment = CausalAlignment::kTopLeft;
+      break;
+    case attention::v1::CAUSAL_ALIGNMENT_BOTTOM_RIGHT:
+      c->causal_alignment = CausalAlignment::kBottomRight;
+      break;
+    default:
+      return Status::InvalidArgument(
+          "options.causal_alignment: expected CAUSAL_ALIGNMENT_TOP_LEFT (0) or "
+          "CAUSAL_ALIGNMENT_BOTTOM_RIGHT (1), got " +
+          std::to_string(o.causal_alignment()));
+  }
+  if (!attention::v1::Precision_IsValid(o.compute_precision())) {
+    return Status::InvalidArgument(
+        "options.compute_precision: expected PRECISION_UNSPECIFIED (0), PRECISION_FLOAT32 (1) "
+        "or PRECISION_BFLOAT16 (2), got " +
+        std::to_string(o.compute_precision()));
+  }
+  if (o.has_window_left()) c->window_left = o.window_left();
+  if (o.has_window_right()) c->window_right = o.window_right();
+  if (o.has_softcap()) c->softcap = o.softcap();
+  if (o.has_alibi_slopes()) c->alibi_slopes = wire::FromNative(o.alibi_slopes(), call.tensor_data);
+  if (o.has_sink_logits()) c->sink_logits = wire::FromNative(o.sink_logits(), call.tensor_data);
+  c->return_lse = o.return_lse();
+  return Status::Ok();
+}
+
 template <typename Request>
 void NativeQueryKeyValue(const Request& req, const PreparedCall& call, CallRequest* c) {
   if (req.has_query()) c->query = wire::FromNative(req.query(), call.tensor_data);
@@ -33,6 +64,12 @@ Status PrepareAttention(const attention::v1::AttentionRequest& req, const ModelR
   CallRequest c = NativeShared(req, CallOp::kAttention, *call);
   NativeQueryKeyValue(req, *call, &c);
   if (req.has_scale()) c.scale = req.scale();
+  if (req.cu_seqlens_q_size() > 0 || req.cu_seqlens_k_size() > 0) {
+    return Status::InvalidArgument(
+        "cu_seqlens_q/cu_seqlens_k: packed variable-length batches are not served yet; send "
+        "each sequence as its own batch row or call");
+  }
+  ATTN_RETURN_IF_ERROR(NativeOptions(req.options(), *call, &c));
   return PrepareCall(c, models, limits, call);
 }
 
@@ -44,6 +81,7 @@ Status PrepareCrossAttention(const attention::v1::CrossAttentionRequest& req,
   if (req.has_decoder()) c.query = wire::FromNative(req.decoder(), call->tensor_data);
   if (req.has_encoder()) c.key = wire::FromNative(req.encoder(), call->tensor_data);
   if (req.has_scale()) c.scale = req.scale();
+  ATTN_RETURN_IF_ERROR(NativeOptions(req.options(), *call, &c));
   return PrepareCall(c, models, limits, call);
 }
 
@@ -54,6 +92,12 @@ Status PrepareMultiHeadAttention(const attention::v1::MultiHeadAttentionRequest&
   NativeQueryKeyValue(req, *call, &c);
   c.num_heads = req.num_heads();
   c.per_head_weights = req.per_head_weights();
+  if (req.num_kv_heads() != 0 && req.num_kv_heads() != req.num_heads()) {
+    return Status::InvalidArgument(
+        "num_kv_heads: grouped-query projections are not served yet; expected 0 or num_heads (" +
+        std::to_string(req.num_heads()) + "), got " + std::to_string(req.num_kv_heads()));
+  }
+  ATTN_RETURN_IF_ERROR(NativeOptions(req.options(), *call, &c));
   return PrepareCall(c, models, limits, call);
 }
 
@@ -72,7 +116,8 @@ Status EncodeResponse(const AttentionResult& result, const PreparedCall& call,
       call.encoding == wire::Encoding::kData ? wire::WireTypeBytes(call.output_type) : 4;
   const double bytes =
       static_cast<double>(elem) *
-      static_cast<double>(output_elements + (result.weights ? result.weights->numel() : 0));
+          static_cast<double>(output_elements + (result.weights ? result.weights->numel() : 0)) +
+      4.0 * static_cast<double>(result.lse ? result.lse->numel() : 0);
   ATTN_RETURN_IF_ERROR(CheckResponseBytes(bytes, limits));
   // An output written through IntoResponse is InPlaceOutput's to send.
   if (!(result.output.data.empty() && output_elements > 0)) {
@@ -80,6 +125,9 @@ Status EncodeResponse(const AttentionResult& result, const PreparedCall& call,
   }
   if (result.weights) {
     wire::EncodeTensor(*result.weights, call.output_type, call.encoding, resp->mutable_weights());
+  }
+  if (result.lse) {  // float32 whatever the query's type: a log, not a value
+    wire::EncodeTensor(*result.lse, wire::WireType::kFloat32, call.encoding, resp->mutable_lse());
   }
   return Status::Ok();
 }

@@ -1,6 +1,7 @@
 #include "call/prepared_call.h"
 
 #include <cstdio>
+#include <tuple>
 #include <utility>
 
 namespace attn::server {
@@ -33,8 +34,21 @@ StatusOr<const TensorView*> Decode(const attention::v1::Tensor& t, const std::st
 }
 
 Status DecodeMasks(const CallRequest& req, const RequestLimits& limits, PreparedCall* call,
-                   AttentionMasks* masks) {
+                   AttentionMasks* masks, AttentionScoreOptions* score) {
   masks->causal = req.causal;
+  masks->causal_alignment = req.causal_alignment;
+  masks->window_left = req.window_left;
+  masks->window_right = req.window_right;
+  score->softcap = req.softcap;
+  score->return_lse = req.return_lse;
+  for (const auto& [wire_tensor, field, dst] :
+       {std::tuple{&req.alibi_slopes, "alibi_slopes", &score->alibi_slopes},
+        std::tuple{&req.sink_logits, "sink_logits", &score->sink_logits}}) {
+    if (!*wire_tensor) continue;
+    auto m = Decode(**wire_tensor, field, DataType::kFloat32, limits, call);
+    if (!m.ok()) return m.status();
+    *dst = **m;
+  }
   if (req.key_padding_mask) {
     auto m = Decode(*req.key_padding_mask, "key_padding_mask", DataType::kBool, limits, call);
     if (!m.ok()) return m.status();
@@ -223,7 +237,8 @@ Status PrepareCall(const CallRequest& req, const ModelRegistry& models, const Re
   const TensorView *q = nullptr, *k = nullptr, *v = nullptr;
   ATTN_RETURN_IF_ERROR(DecodeQueryKeyValue(req, limits, call, &q, &k, &v));
   AttentionMasks masks;
-  ATTN_RETURN_IF_ERROR(DecodeMasks(req, limits, call, &masks));
+  AttentionScoreOptions score;
+  ATTN_RETURN_IF_ERROR(DecodeMasks(req, limits, call, &masks, &score));
   ResolvedProjections proj;
   ATTN_RETURN_IF_ERROR(ResolveProjections(req.model, req.projections, models, limits, call, &proj));
   const char* rpc = req.op == CallOp::kCrossAttention ? "CrossAttention" : "Attention";
@@ -248,6 +263,7 @@ Status PrepareCall(const CallRequest& req, const ModelRegistry& models, const Re
       opt.num_heads = req.num_heads;
     }
     opt.masks = masks;
+    opt.score = score;
     opt.scale = req.scale;
     opt.need_weights = req.return_weights;
     opt.average_weights = !req.per_head_weights;
@@ -262,12 +278,14 @@ Status PrepareCall(const CallRequest& req, const ModelRegistry& models, const Re
     MultiHeadAttentionOptions opt;
     opt.num_heads = 1;
     opt.masks = masks;
+    opt.score = score;
     opt.scale = req.scale;
     opt.need_weights = req.return_weights;
     return PrepareMha(q, k, v, opt, limits, call);
   }
   ScaledDotProductAttentionOptions opt;
   opt.masks = masks;
+  opt.score = score;
   opt.scale = req.scale;
   opt.need_weights = req.return_weights;
   auto cost = EstimateScaledDotProductAttention(*q, *k, *v, opt);

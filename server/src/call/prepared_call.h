@@ -44,6 +44,13 @@ struct CallRequest {
   std::optional<float> scale;
   bool return_weights = false, per_head_weights = false;
   int64_t num_heads = 0;  // kMultiHeadAttention: 0 takes the model's
+  // The attention variants (attention.v1's AttentionOptions, OIP's
+  // parameters and inputs), as core takes them.
+  CausalAlignment causal_alignment = CausalAlignment::kTopLeft;
+  std::optional<int64_t> window_left, window_right;
+  std::optional<float> softcap;
+  std::optional<wire::WireTensor> alibi_slopes, sink_logits;
+  bool return_lse = false;
 };
 
 // A validated call. Views point into the request, which must outlive it.

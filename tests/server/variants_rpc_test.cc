@@ -1,0 +1,250 @@
+// attention.v1's AttentionOptions end to end (issue 23): a real server over
+// TCP, each option through Attention against the float64 reference of
+// tests/variants_reference.h, grouped-query shapes, the lse in both
+// encodings, MultiHeadAttention and CrossAttention passing the options to
+// core, and the bad inputs, each INVALID_ARGUMENT naming the field.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attention/v1/attention.pb.h"
+#include "attention_client.h"
+#include "attn/attention.h"
+#include "host_array.h"
+#include "test_server.h"
+#include "variants_reference.h"
+
+namespace attn {
+namespace {
+
+using attn_test::Case;
+using attn_test::Inputs;
+
+class VariantsRpc : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = attn_test::StartTestServer();
+    ASSERT_NE(server_, nullptr);
+    client_ =
+        std::make_unique<client::AttentionClient>(client::Connect(attn_test::Target(*server_)));
+  }
+  std::unique_ptr<server::AttentionServer> server_;
+  std::unique_ptr<client::AttentionClient> client_;
+};
+
+attention::v1::Tensor Wire(const std::vector<float>& x, Shape shape,
+                           wire::Encoding enc = wire::Encoding::kData) {
+  client::HostArray a;
+  a.shape = std::move(shape);
+  a.values = x;
+  return client::ToWire(a, enc);
+}
+
+// The request of `c` (inputs `in`), with every option of the case.
+attention::v1::AttentionRequest Request(const Case& c, const Inputs& in, wire::Encoding enc) {
+  attention::v1::AttentionRequest req;
+  *req.mutable_query() = Wire(in.q, {c.b, c.hq, c.lq, c.d}, enc);
+  *req.mutable_key() = Wire(in.k, {c.b, c.hkv, c.lk, c.d}, enc);
+  *req.mutable_value() = Wire(in.v, {c.b, c.hkv, c.lk, c.dv}, enc);
+  req.set_causal(c.causal);
+  auto* o = req.mutable_options();
+  o->set_causal_alignment(c.bottom_right ? attention::v1::CAUSAL_ALIGNMENT_BOTTOM_RIGHT
+                                         : attention::v1::CAUSAL_ALIGNMENT_TOP_LEFT);
+  if (c.wl) o->set_window_left(*c.wl);
+  if (c.wr) o->set_window_right(*c.wr);
+  if (c.softcap > 0) o->set_softcap(c.softcap);
+  if (c.alibi) *o->mutable_alibi_slopes() = Wire(in.alibi, {c.b, c.hq}, enc);
+  if (c.sink) *o->mutable_sink_logits() = Wire(in.sink, {c.hq}, enc);
+  o->set_return_lse(true);
+  return req;
+}
+
+void ExpectReference(const Case& c, const Inputs& in, const attention::v1::AttentionResponse& r) {
+  const attn_test::Ref want = attn_test::Reference(c, in);
+  auto out = client::FromWire(r.output(), "output");
+  auto lse = client::FromWire(r.lse(), "lse");
+  ASSERT_TRUE(out.ok() && lse.ok());
+  EXPECT_EQ(out->shape, (Shape{c.b, c.hq, c.lq, c.dv}));
+  EXPECT_EQ(lse->shape, (Shape{c.b, c.hq, c.lq}));
+  EXPECT_EQ(r.lse().dtype(), attention::v1::DATA_TYPE_FLOAT32);
+  double worst = 0;
+  for (size_t i = 0; i < want.out.size(); ++i) {
+    worst = std::max(worst, std::abs(out->values[i] - want.out[i]));
+  }
+  EXPECT_LT(worst, 2e-5);
+  for (size_t i = 0; i < want.lse.size(); ++i) {
+    if (std::isinf(want.lse[i])) {
+      EXPECT_TRUE(std::isinf(lse->values[i]) && lse->values[i] < 0) << i;
+    } else {
+      EXPECT_NEAR(lse->values[i], want.lse[i], 2e-5 * std::max(1.0, std::abs(want.lse[i]))) << i;
+    }
+  }
+}
+
+TEST_F(VariantsRpc, EveryOptionAtOnceWithGroupedHeadsMatchesTheReference) {
+  for (auto enc : {wire::Encoding::kData, wire::Encoding::kValues}) {
+    Case c;
+    c.b = 2, c.hq = 8, c.hkv = 2, c.lq = 40, c.lk = 300, c.d = 16, c.dv = 8;
+    c.causal = true, c.bottom_right = true, c.wl = 64, c.softcap = 20.0f;
+    c.alibi = true, c.sink = true;
+    const Inputs in = attn_test::MakeInputs(c);
+    attention::v1::AttentionResponse resp;
+    const grpc::Status st = client_->Attention(Request(c, in, enc), &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_EQ(resp.lse().values_size() > 0, enc == wire::Encoding::kValues);
+    ExpectReference(c, in, resp);
+  }
+}
+
+TEST_F(VariantsRpc, DecodeRowBottomRightSeesTheWholeCache) {
+  Case c;
+  c.hq = 4, c.hkv = 1, c.lq = 1, c.lk = 700, c.causal = true, c.bottom_right = true;
+  const Inputs in = attn_test::MakeInputs(c);
+  attention::v1::AttentionResponse resp;
+  ASSERT_TRUE(client_->Attention(Request(c, in, wire::Encoding::kData), &resp).ok());
+  ExpectReference(c, in, resp);
+}
+
+TEST_F(VariantsRpc, MultiHeadAndCrossAttentionPassTheOptionsToCore) {
+  std::mt19937 rng(5);
+  const int64_t e = 16, h = 4, lq = 6, lk = 11;
+  std::vector<client::HostArray> w;
+  for (int i = 0; i < 4; ++i) w.push_back(client::RandomArray({e, e}, rng, 0.3f));
+  const client::HostArray x = client::RandomArray({1, lq, e}, rng);
+  const client::HostArray mem = client::RandomArray({1, lk, e}, rng);
+  const std::vector<float> slopes = {0.5f, 0.25f, 0.125f, 0.0625f};
+
+  attention::v1::MultiHeadAttentionRequest req;
+  *req.mutable_query() = client::ToWire(x, wire::Encoding::kData);
+  *req.mutable_key() = client::ToWire(mem, wire::Encoding::kData);
+  *req.mutable_value() = client::ToWire(mem, wire::Encoding::kData);
+  req.set_num_heads(static_cast<int32_t>(h));
+  req.set_causal(true);
+  auto* p = req.mutable_projections();
+  *p->mutable_q_weight() = client::ToWire(w[0], wire::Encoding::kData);
+  *p->mutable_k_weight() = client::ToWire(w[1], wire::Encoding::kData);
+  *p->mutable_v_weight() = client::ToWire(w[2], wire::Encoding::kData);
+  *p->mutable_out_weight() = client::ToWire(w[3], wire::Encoding::kData);
+  auto* o = req.mutable_options();
+  o->set_causal_alignment(attention::v1::CAUSAL_ALIGNMENT_BOTTOM_RIGHT);
+  o->set_window_left(3);
+  o->set_softcap(4.0f);
+  *o->mutable_alibi_slopes() = Wire(slopes, {h});
+  o->set_return_lse(true);
+  attention::v1::AttentionResponse resp;
+  ASSERT_TRUE(client_->MultiHeadAttention(req, &resp).ok());
+
+  // Core, in process, with the same weights and options.
+  auto view = [](const client::HostArray& a) {
+    return TensorView::Dense(a.values.data(), a.shape);
+  };
+  ProjectionWeights pw{{view(w[0])}, {view(w[1])}, {view(w[2])}, LinearView{view(w[3])}};
+  MultiHeadAttentionOptions mo;
+  mo.num_heads = h;
+  mo.masks.causal = true;
+  mo.masks.causal_alignment = CausalAlignment::kBottomRight;
+  mo.masks.window_left = 3;
+  mo.score.softcap = 4.0f;
+  mo.score.alibi_slopes = TensorView::Dense(slopes.data(), {h});
+  mo.score.return_lse = true;
+  auto want = MultiHeadAttention(pw, view(x), view(mem), view(mem), mo);
+  ASSERT_TRUE(want.ok()) << want.status().ToString();
+  auto out = client::FromWire(resp.output(), "output");
+  auto lse = client::FromWire(resp.lse(), "lse");
+  ASSERT_TRUE(out.ok() && lse.ok());
+  EXPECT_EQ(lse->shape, (Shape{1, h, lq}));
+  ASSERT_EQ(out->values.size(), want->output.data.size());
+  for (size_t i = 0; i < out->values.size(); ++i) {
+    EXPECT_FLOAT_EQ(out->values[i], want->output.data[i]) << i;
+  }
+  for (size_t i = 0; i < lse->values.size(); ++i) {
+    EXPECT_FLOAT_EQ(lse->values[i], want->lse->data[i]) << i;
+  }
+  // Without the options, the answer differs: they were not ignored.
+  req.clear_options();
+  attention::v1::AttentionResponse plain;
+  ASSERT_TRUE(client_->MultiHeadAttention(req, &plain).ok());
+  auto plain_out = client::FromWire(plain.output(), "output");
+  ASSERT_TRUE(plain_out.ok());
+  double diff = 0;
+  for (size_t i = 0; i < out->values.size(); ++i) {
+    diff = std::max(diff, double{std::abs(out->values[i] - plain_out->values[i])});
+  }
+  EXPECT_GT(diff, 1e-3);
+  EXPECT_FALSE(plain.has_lse());
+
+  // CrossAttention takes them too (a window of 0 around the bottom-right
+  // position: each decoder row sees one encoder key).
+  attention::v1::CrossAttentionRequest cross;
+  *cross.mutable_decoder() = client::ToWire(x, wire::Encoding::kData);
+  *cross.mutable_encoder() = client::ToWire(mem, wire::Encoding::kData);
+  auto* cp = cross.mutable_projections();
+  *cp->mutable_q_weight() = p->q_weight();
+  *cp->mutable_k_weight() = p->k_weight();
+  *cp->mutable_v_weight() = p->v_weight();
+  cross.set_return_weights(true);
+  cross.mutable_options()->set_causal_alignment(attention::v1::CAUSAL_ALIGNMENT_BOTTOM_RIGHT);
+  cross.mutable_options()->set_window_left(0);
+  cross.mutable_options()->set_window_right(0);
+  ASSERT_TRUE(client_->CrossAttention(cross, &resp).ok());
+  auto weights = client::FromWire(resp.weights(), "weights");
+  ASSERT_TRUE(weights.ok());
+  for (int64_t i = 0; i < lq; ++i) {
+    for (int64_t j = 0; j < lk; ++j) {
+      EXPECT_EQ(weights->values[i * lk + j], j == i + lk - lq ? 1.0f : 0.0f) << i << "," << j;
+    }
+  }
+}
+
+TEST_F(VariantsRpc, BadOptionsAreInvalidArgumentNamingTheField) {
+  Case c;
+  const Inputs in = attn_test::MakeInputs(c);
+  auto expect = [&](const attention::v1::AttentionRequest& req, const std::string& words) {
+    attention::v1::AttentionResponse resp;
+    const grpc::Status st = client_->Attention(req, &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << words;
+    EXPECT_NE(st.error_message().find(words), std::string::npos) << st.error_message();
+  };
+  auto base = [&] { return Request(c, in, wire::Encoding::kData); };
+  auto r = base();
+  r.mutable_options()->set_causal_alignment(static_cast<attention::v1::CausalAlignment>(7));
+  expect(r, "options.causal_alignment: expected CAUSAL_ALIGNMENT_TOP_LEFT (0)");
+  r = base();
+  r.mutable_options()->set_compute_precision(static_cast<attention::v1::Precision>(9));
+  expect(r, "options.compute_precision: expected PRECISION_UNSPECIFIED (0)");
+  r = base();
+  r.mutable_options()->set_window_left(-2);
+  expect(r, "window_left: must be >= 0 (unset: unbounded), got -2");
+  r = base();
+  r.mutable_options()->set_softcap(0.0f);
+  expect(r, "softcap: must be > 0 and finite, got 0");
+  r = base();
+  *r.mutable_options()->mutable_alibi_slopes() = Wire({1, 2, 3}, {3});
+  expect(r, "alibi_slopes: expected shape [4] or [1, 4], got [3]");
+  r = base();
+  *r.mutable_options()->mutable_sink_logits() =
+      Wire({1, std::numeric_limits<float>::quiet_NaN(), 3, 4}, {4});
+  expect(r, "sink_logits: values must be finite");
+  r = base();
+  *r.mutable_key() = Wire(std::vector<float>(3 * c.lk * c.d), {1, 3, c.lk, c.d});
+  *r.mutable_value() = Wire(std::vector<float>(3 * c.lk * c.dv), {1, 3, c.lk, c.dv});
+  expect(r, "key: dim 1 (kv heads) must divide query's heads (4), got 3");
+  r = base();
+  r.add_cu_seqlens_q(0);
+  r.add_cu_seqlens_q(8);
+  expect(r, "cu_seqlens_q/cu_seqlens_k: packed variable-length batches are not served yet");
+  attention::v1::MultiHeadAttentionRequest m;
+  m.set_model("demo-mha-small");
+  m.set_num_kv_heads(1);
+  attention::v1::AttentionResponse resp;
+  const grpc::Status st = client_->MultiHeadAttention(m, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("num_kv_heads"), std::string::npos) << st.error_message();
+}
+
+}  // namespace
+}  // namespace attn

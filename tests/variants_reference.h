@@ -1,0 +1,116 @@
+// A float64 reference for the attention variants (issue 23), written from
+// the issue's one definition with plain loops, independently of core: GQA,
+// causal alignment, windows, softcap, ALiBi, sinks, padding, bias and the
+// log-sum-exp. Used by core's and the server's tests.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <random>
+#include <vector>
+
+namespace attn_test {
+
+inline constexpr double kRefInf = std::numeric_limits<double>::infinity();
+
+struct Case {
+  int64_t b = 1, hq = 4, hkv = 4, lq = 8, lk = 8, d = 8, dv = 8;
+  bool causal = false, bottom_right = false;
+  std::optional<int64_t> wl, wr;
+  float softcap = 0;  // 0: none
+  bool alibi = false, sink = false, kpm = false, bias = false, need_weights = false;
+  uint32_t seed = 1;
+};
+
+struct Inputs {
+  std::vector<float> q, k, v, alibi, sink, bias;
+  std::vector<uint8_t> kpm;
+};
+
+inline Inputs MakeInputs(const Case& c) {
+  std::mt19937 rng(c.seed);
+  std::normal_distribution<float> n01(0.0f, 1.0f);
+  Inputs in;
+  auto fill = [&](std::vector<float>& x, int64_t n) {
+    x.resize(n);
+    for (float& e : x) e = n01(rng);
+  };
+  fill(in.q, c.b * c.hq * c.lq * c.d);
+  fill(in.k, c.b * c.hkv * c.lk * c.d);
+  fill(in.v, c.b * c.hkv * c.lk * c.dv);
+  if (c.alibi) {  // [B, H]: per batch row too
+    in.alibi.resize(c.b * c.hq);
+    for (int64_t i = 0; i < c.b * c.hq; ++i) in.alibi[i] = 0.5f / static_cast<float>(1 + i % 5);
+  }
+  if (c.sink) fill(in.sink, c.hq);
+  if (c.bias) fill(in.bias, c.b * c.hq * c.lq * c.lk);
+  if (c.kpm) {
+    in.kpm.assign(c.b * c.lk, 0);
+    for (int64_t j = 0; j < c.lk; j += 3) in.kpm[j] = 1;  // batch 0: every third key
+    for (int64_t bb = 1; bb < c.b; ++bb) {                // the last batch row: every key masked
+      for (int64_t j = 0; j < c.lk; ++j) in.kpm[bb * c.lk + j] = bb == c.b - 1 ? 1 : (j % 4 == 1);
+    }
+  }
+  return in;
+}
+
+struct Ref {
+  std::vector<double> out, weights, lse;
+};
+
+// The issue's definition, in float64.
+inline Ref Reference(const Case& c, const Inputs& in) {
+  Ref r;
+  r.out.assign(c.b * c.hq * c.lq * c.dv, 0.0);
+  r.weights.assign(c.b * c.hq * c.lq * c.lk, 0.0);
+  r.lse.assign(c.b * c.hq * c.lq, -kRefInf);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.d));
+  const int64_t group = c.hq / c.hkv;
+  std::vector<double> s(c.lk);
+  std::vector<bool> masked(c.lk);
+  for (int64_t b = 0; b < c.b; ++b) {
+    for (int64_t h = 0; h < c.hq; ++h) {
+      const int64_t kvh = h / group;
+      for (int64_t i = 0; i < c.lq; ++i) {
+        const int64_t pos = i + (c.bottom_right ? c.lk - c.lq : 0);
+        double m = c.sink ? in.sink[h] : -kRefInf;
+        for (int64_t j = 0; j < c.lk; ++j) {
+          double dot = 0;
+          for (int64_t e = 0; e < c.d; ++e) {
+            dot += double{in.q[((b * c.hq + h) * c.lq + i) * c.d + e]} *
+                   in.k[((b * c.hkv + kvh) * c.lk + j) * c.d + e];
+          }
+          double x = dot * scale;
+          if (c.softcap > 0) x = c.softcap * std::tanh(x / c.softcap);
+          if (c.bias) x += in.bias[((b * c.hq + h) * c.lq + i) * c.lk + j];
+          if (c.alibi) x -= in.alibi[b * c.hq + h] * std::abs(static_cast<double>(pos - j));
+          s[j] = x;
+          masked[j] = (c.kpm && in.kpm[b * c.lk + j]) || (c.causal && j > pos) ||
+                      (c.wl && j < pos - *c.wl) || (c.wr && j > pos + *c.wr);
+          if (!masked[j]) m = std::max(m, x);
+        }
+        if (m == -kRefInf) continue;  // nothing to attend, no sink: zeros, lse -inf
+        double sum = c.sink ? std::exp(in.sink[h] - m) : 0.0;
+        for (int64_t j = 0; j < c.lk; ++j) {
+          s[j] = masked[j] ? 0.0 : std::exp(s[j] - m);
+          sum += s[j];
+        }
+        const int64_t row = (b * c.hq + h) * c.lq + i;
+        r.lse[row] = m + std::log(sum);
+        for (int64_t j = 0; j < c.lk; ++j) {
+          const double w = s[j] / sum;
+          r.weights[row * c.lk + j] = w;
+          for (int64_t e = 0; e < c.dv; ++e) {
+            r.out[row * c.dv + e] += w * in.v[((b * c.hkv + kvh) * c.lk + j) * c.dv + e];
+          }
+        }
+      }
+    }
+  }
+  return r;
+}
+
+}  // namespace attn_test
