@@ -108,6 +108,23 @@ int main(int argc, char** argv) {
     *r.mutable_attn_bias() = T({3, 5});
     Write("sdpa_bias_broadcast", 0, r);
   }
+  {  // every AttentionOptions field, grouped-query shapes (issue 23)
+    AttentionRequest r;
+    *r.mutable_query() = T({1, 4, 3, 4});
+    *r.mutable_key() = T({1, 2, 7, 4});
+    *r.mutable_value() = T({1, 2, 7, 3});
+    r.set_causal(true);
+    auto* o = r.mutable_options();
+    o->set_causal_alignment(attention::v1::CAUSAL_ALIGNMENT_BOTTOM_RIGHT);
+    o->set_window_left(2);
+    o->set_window_right(0);
+    *o->mutable_alibi_slopes() = T({4});
+    o->set_softcap(3.0f);
+    *o->mutable_sink_logits() = T({4});
+    o->set_return_lse(true);
+    o->set_compute_precision(attention::v1::PRECISION_BFLOAT16);
+    Write("sdpa_variants_gqa", 0, r);
+  }
   {  // inline projections; the demo single-head model
     AttentionRequest r;
     *r.mutable_query() = T({1, 4, 6});

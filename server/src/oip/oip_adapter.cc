@@ -11,8 +11,13 @@ using inference::InferTensorContents;
 using inference::ModelInferRequest;
 using inference::ModelInferResponse;
 
-constexpr const char* kInputs[] = {"query", "key", "value", "key_padding_mask", "attn_bias"};
-constexpr const char* kParameters = "causal, scale, per_head_weights, return_weights";
+constexpr const char* kInputs[] = {"query",     "key",          "value",      "key_padding_mask",
+                                   "attn_bias", "alibi_slopes", "sink_logits"};
+constexpr const char* kInputList =
+    "query, key, value, key_padding_mask, attn_bias, alibi_slopes, sink_logits";
+constexpr const char* kParameters =
+    "causal, scale, per_head_weights, return_weights, causal_alignment, window_left, "
+    "window_right, softcap, return_lse, compute_precision";
 
 std::string ModelList(const ModelRegistry& models) { return models.Names() + ", " + kSdpaModel; }
 
@@ -57,14 +62,43 @@ Status ReadParameters(const ModelInferRequest& req, bool has_weights, CallReques
         }
         c->per_head_weights = p->bool_param();
       }
-    } else if (name == "scale") {
+    } else if (name == "scale" || name == "softcap") {
+      float x = 0;
       if (p->parameter_choice_case() == InferParameter::kDoubleParam) {
-        c->scale = static_cast<float>(p->double_param());
+        x = static_cast<float>(p->double_param());
       } else if (p->parameter_choice_case() == InferParameter::kInt64Param) {
-        c->scale = static_cast<float>(p->int64_param());
+        x = static_cast<float>(p->int64_param());
       } else {
         return BadParameter(where, "a double_param", *p);
       }
+      (name == "scale" ? c->scale : c->softcap) = x;
+    } else if (name == "window_left" || name == "window_right") {
+      if (p->parameter_choice_case() != InferParameter::kInt64Param) {
+        return BadParameter(where, "an int64_param", *p);
+      }
+      (name == "window_left" ? c->window_left : c->window_right) = p->int64_param();
+    } else if (name == "return_lse") {
+      if (p->parameter_choice_case() != InferParameter::kBoolParam) {
+        return BadParameter(where, "a bool_param", *p);
+      }
+      c->return_lse = p->bool_param();
+    } else if (name == "causal_alignment" || name == "compute_precision") {
+      const bool align = name == "causal_alignment";
+      const char* want = align ? "'top_left' or 'bottom_right'" : "'fp32' or 'bf16'";
+      if (p->parameter_choice_case() != InferParameter::kStringParam) {
+        return BadParameter(where, std::string("a string_param, ") + want, *p);
+      }
+      const std::string& v = p->string_param();
+      if (align && (v == "top_left" || v == "bottom_right")) {
+        c->causal_alignment =
+            v == "top_left" ? CausalAlignment::kTopLeft : CausalAlignment::kBottomRight;
+      } else if (!align && v != "fp32" && v != "bf16") {
+        return Status::InvalidArgument(where + ": expected " + want + ", got '" + v + "'");
+      } else if (align) {
+        return Status::InvalidArgument(where + ": expected " + want + ", got '" + v + "'");
+      }
+      // compute_precision: bf16 permits bfloat16 matmuls; today's kernels
+      // compute in float32, which it allows.
     } else {
       return Status::InvalidArgument(where + ": unknown parameter (known: " + kParameters + ")");
     }
@@ -139,8 +173,13 @@ StatusOr<wire::WireTensor> InputTensor(const ModelInferRequest& req, int i,
   return t;
 }
 
+enum class Out { kOutput, kWeights, kLse };
+const char* OutName(Out o) {
+  return o == Out::kWeights ? "weights" : o == Out::kLse ? "lse" : "output";
+}
+
 struct OutputPlan {
-  std::vector<bool> is_weights;  // per response output, in order
+  std::vector<Out> kinds;  // per response output, in order
   std::vector<wire::WireType> types;
   bool raw = false;
 };
@@ -150,16 +189,18 @@ Status ReadOutputs(const ModelInferRequest& req, wire::WireType query_type, Call
   for (int i = 0; i < req.outputs_size(); ++i) {
     const auto& o = req.outputs(i);
     const std::string at = "outputs[" + std::to_string(i) + "]";
-    if (o.name() != "output" && o.name() != "weights") {
+    if (o.name() != "output" && o.name() != "weights" && o.name() != "lse") {
       return Status::InvalidArgument(at + ".name: unknown output '" + o.name() +
-                                     "' (the outputs are output and weights)");
+                                     "' (the outputs are output, weights and lse)");
     }
-    const bool weights = o.name() == "weights";
-    if (std::find(plan->is_weights.begin(), plan->is_weights.end(), weights) !=
-        plan->is_weights.end()) {
+    const Out kind = o.name() == "weights" ? Out::kWeights
+                     : o.name() == "lse"   ? Out::kLse
+                                           : Out::kOutput;
+    if (std::find(plan->kinds.begin(), plan->kinds.end(), kind) != plan->kinds.end()) {
       return Status::InvalidArgument(at + ".name: '" + o.name() + "' requested twice");
     }
-    wire::WireType type = query_type;
+    // The lse is FP32 whatever the query's type: a log, not a value.
+    wire::WireType type = kind == Out::kLse ? wire::WireType::kFloat32 : query_type;
     for (const auto& [name, p] : o.parameters()) {
       if (name == "binary_data") continue;  // the HTTP front end's; raw here anyway
       if (name != "datatype") {
@@ -177,14 +218,18 @@ Status ReadOutputs(const ModelInferRequest& req, wire::WireType query_type, Call
                                             : std::string(ParameterKind(p))));
       }
     }
-    plan->is_weights.push_back(weights);
+    plan->kinds.push_back(kind);
     plan->types.push_back(type);
-    if (weights) c->return_weights = true;
+    if (kind == Out::kWeights) c->return_weights = true;
+    if (kind == Out::kLse) c->return_lse = true;
   }
-  if (plan->is_weights.empty()) {
-    plan->is_weights.push_back(false);
+  if (plan->kinds.empty()) {
+    plan->kinds.push_back(Out::kOutput);
     plan->types.push_back(query_type);
-    if (c->return_weights) plan->is_weights.push_back(true), plan->types.push_back(query_type);
+    if (c->return_weights) plan->kinds.push_back(Out::kWeights), plan->types.push_back(query_type);
+    if (c->return_lse) {
+      plan->kinds.push_back(Out::kLse), plan->types.push_back(wire::WireType::kFloat32);
+    }
   }
   return Status::Ok();
 }
@@ -230,8 +275,11 @@ Status ModelMetadata(const ModelRegistry& models, const inference::ModelMetadata
       add(resp->mutable_inputs(), n, "FP32", {-1, -1, -1, -1});
     add(resp->mutable_inputs(), "key_padding_mask", "BOOL", {-1, -1});
     add(resp->mutable_inputs(), "attn_bias", "FP32", {-1, -1, -1, -1});
+    add(resp->mutable_inputs(), "alibi_slopes", "FP32", {-1});  // [H] or [B, H]
+    add(resp->mutable_inputs(), "sink_logits", "FP32", {-1});
     add(resp->mutable_outputs(), "output", "FP32", {-1, -1, -1, -1});
     add(resp->mutable_outputs(), "weights", "FP32", {-1, -1, -1, -1});
+    add(resp->mutable_outputs(), "lse", "FP32", {-1, -1, -1});
     return Status::Ok();
   }
   const ModelInfo& i = m->info();
@@ -240,8 +288,11 @@ Status ModelMetadata(const ModelRegistry& models, const inference::ModelMetadata
   add(resp->mutable_inputs(), "value", "FP32", {-1, -1, i.vdim});
   add(resp->mutable_inputs(), "key_padding_mask", "BOOL", {-1, -1});
   add(resp->mutable_inputs(), "attn_bias", "FP32", {-1, -1, -1});
+  add(resp->mutable_inputs(), "alibi_slopes", "FP32", {i.num_heads});
+  add(resp->mutable_inputs(), "sink_logits", "FP32", {i.num_heads});
   add(resp->mutable_outputs(), "output", "FP32", {-1, -1, i.embed_dim});
   add(resp->mutable_outputs(), "weights", "FP32", {-1, -1, -1});
+  add(resp->mutable_outputs(), "lse", "FP32", {-1, i.num_heads, -1});
   return Status::Ok();
 }
 
@@ -263,17 +314,22 @@ Status PrepareInfer(const ModelInferRequest& req, const ModelRegistry& models,
   // so that the tensors' pointers into it stay valid.
   std::vector<std::string> names;
   names.reserve(static_cast<size_t>(req.inputs_size()));
-  std::optional<wire::WireTensor>* slots[] = {&c.query, &c.key, &c.value, &c.key_padding_mask,
-                                              &c.attn_bias};
+  std::optional<wire::WireTensor>* slots[] = {
+      &c.query,     &c.key,          &c.value,      &c.key_padding_mask,
+      &c.attn_bias, &c.alibi_slopes, &c.sink_logits};
   for (int i = 0; i < req.inputs_size(); ++i) {
     const std::string& name = req.inputs(i).name();
+    if (name == "cu_seqlens_q" || name == "cu_seqlens_k") {
+      return Status::InvalidArgument(
+          "inputs[" + std::to_string(i) + "].name: '" + name +
+          "': packed variable-length batches are not served yet; send each sequence as its own "
+          "batch row or call");
+    }
     const auto* it = std::find_if(std::begin(kInputs), std::end(kInputs),
                                   [&](const char* n) { return name == n; });
     if (it == std::end(kInputs)) {
       return Status::InvalidArgument("inputs[" + std::to_string(i) + "].name: unknown input '" +
-                                     name +
-                                     "' (the inputs are query, key, value, key_padding_mask, "
-                                     "attn_bias)");
+                                     name + "' (the inputs are " + kInputList + ")");
     }
     auto* slot = slots[it - std::begin(kInputs)];
     if (slot->has_value()) {
@@ -294,17 +350,17 @@ Status PrepareInfer(const ModelInferRequest& req, const ModelRegistry& models,
   resp->set_model_name(req.model_name());
   resp->set_model_version(kVersion);
   resp->set_id(req.id());
-  for (size_t i = 0; i < plan.is_weights.size(); ++i) {
+  for (size_t i = 0; i < plan.kinds.size(); ++i) {
     auto* o = resp->add_outputs();
-    o->set_name(plan.is_weights[i] ? "weights" : "output");
+    o->set_name(OutName(plan.kinds[i]));
     o->set_datatype(wire::OipDatatype(plan.types[i]));
     if (plan.raw) resp->add_raw_output_contents();
   }
   // FP32 raw output: core writes it straight into the response's bytes.
-  const auto out_at = std::find(plan.is_weights.begin(), plan.is_weights.end(), false);
-  const int out_index = static_cast<int>(out_at - plan.is_weights.begin());
-  const bool in_place = plan.raw && out_at != plan.is_weights.end() &&
-                        plan.types[out_index] == wire::WireType::kFloat32;
+  const auto out_at = std::find(plan.kinds.begin(), plan.kinds.end(), Out::kOutput);
+  const int out_index = static_cast<int>(out_at - plan.kinds.begin());
+  const bool in_place =
+      plan.raw && out_at != plan.kinds.end() && plan.types[out_index] == wire::WireType::kFloat32;
   if (in_place) {
     call->output = [resp, out_index](const Shape& shape) {
       std::string* bytes = resp->mutable_raw_output_contents(out_index);
@@ -314,19 +370,21 @@ Status PrepareInfer(const ModelInferRequest& req, const ModelRegistry& models,
   }
   const RequestLimits* l = &limits;
   call->respond = [plan, in_place, resp, l](const AttentionResult& r) {
+    auto tensor_of = [&r](Out k) -> const Tensor& {
+      return k == Out::kWeights ? *r.weights : k == Out::kLse ? *r.lse : r.output;
+    };
     double bytes = 0;
-    for (size_t i = 0; i < plan.is_weights.size(); ++i) {
-      const Shape& s = plan.is_weights[i] ? r.weights->shape : r.output.shape;
+    for (size_t i = 0; i < plan.kinds.size(); ++i) {
+      const Shape& s = tensor_of(plan.kinds[i]).shape;
       bytes += static_cast<double>(NumElements(s)) *
                static_cast<double>(plan.raw ? wire::WireTypeBytes(plan.types[i]) : 4);
     }
     ATTN_RETURN_IF_ERROR(CheckResponseBytes(bytes, *l));
-    for (size_t i = 0; i < plan.is_weights.size(); ++i) {
-      const bool w = plan.is_weights[i];
-      const Tensor& t = w ? *r.weights : r.output;
+    for (size_t i = 0; i < plan.kinds.size(); ++i) {
+      const Tensor& t = tensor_of(plan.kinds[i]);
       auto* o = resp->mutable_outputs(static_cast<int>(i));
       o->mutable_shape()->Add(t.shape.begin(), t.shape.end());
-      if (!w && in_place) continue;  // already in place
+      if (plan.kinds[i] == Out::kOutput && in_place) continue;  // already in place
       const int64_t n = NumElements(t.shape);
       if (plan.raw) {
         std::string* raw = resp->mutable_raw_output_contents(static_cast<int>(i));

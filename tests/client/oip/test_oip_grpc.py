@@ -133,6 +133,48 @@ class OipGrpcTest(unittest.TestCase):
         self.assertEqual(e.exception.code(), code, e.exception.details())
         self.assertIn(text, e.exception.details())
 
+    def test_attention_variants_as_parameters_and_inputs(self):
+        """GQA shapes, bottom-right causal, a window, softcap, ALiBi, sinks and
+        the lse (issue 23), against numpy in float64."""
+        rng = np.random.default_rng(9)
+        q = rng.standard_normal((2, 4, 5, 8)).astype(np.float32)
+        k = rng.standard_normal((2, 1, 12, 8)).astype(np.float32)  # MQA: one kv head
+        v = rng.standard_normal((2, 1, 12, 8)).astype(np.float32)
+        slopes = np.array([[0.5, 0.25, 0.125, 0.0], [0.1, 0.2, 0.3, 0.4]], np.float32)  # [B, H]
+        sink = np.array([0.0, 1.0, -1.0, 2.0], np.float32)
+        for raw in (True, False):
+            resp = self.infer(request(
+                "scaled_dot_product_attention",
+                [("query", q), ("key", k), ("value", v), ("alibi_slopes", slopes),
+                 ("sink_logits", sink)],
+                raw=raw, outputs=("output", "lse"), causal=True, causal_alignment="bottom_right",
+                window_left=3, window_right=0, softcap=4.0, return_lse=True))
+            out, _ = output(resp, "output")
+            lse, dtype = output(resp, "lse")
+            self.assertEqual(dtype, "FP32")
+            kk, vv = (np.repeat(x.astype(np.float64), 4, axis=1) for x in (k, v))
+            s = q.astype(np.float64) @ np.swapaxes(kk, -1, -2) / np.sqrt(8)
+            s = 4.0 * np.tanh(s / 4.0)
+            pos = np.arange(5)[:, None] + 12 - 5
+            j = np.arange(12)[None, :]
+            s = s - slopes.astype(np.float64)[:, :, None, None] * np.abs(pos - j)
+            s = np.where((j > pos) | (j < pos - 3), -np.inf, s)
+            sk = sink.astype(np.float64)[None, :, None, None]
+            m = np.maximum(s.max(-1, keepdims=True), sk)
+            e = np.exp(s - m)
+            tot = e.sum(-1, keepdims=True) + np.exp(sk - m)
+            assert_close(self, out, (e / tot) @ vv, 1.0)
+            assert_close(self, lse, (m + np.log(tot))[..., 0], 1.0)
+        self.assert_error(request("scaled_dot_product_attention", [("query", q)],
+                                  causal_alignment="sideways"),
+                          grpc.StatusCode.INVALID_ARGUMENT,
+                          "parameters.causal_alignment: expected 'top_left' or 'bottom_right'")
+        self.assert_error(request("scaled_dot_product_attention", [("query", q)], softcap=-1.0),
+                          grpc.StatusCode.INVALID_ARGUMENT, "softcap: must be > 0")
+        self.assert_error(request("scaled_dot_product_attention",
+                                  [("query", q), ("cu_seqlens_q", np.array([0, 5], np.float32))]),
+                          grpc.StatusCode.INVALID_ARGUMENT, "packed variable-length batches")
+
     def test_live_ready_and_metadata(self):
         self.assertTrue(self.stub.ServerLive(pb.ServerLiveRequest()).live)
         self.assertTrue(self.stub.ServerReady(pb.ServerReadyRequest()).ready)
@@ -146,10 +188,11 @@ class OipGrpcTest(unittest.TestCase):
         inputs = {t.name: (t.datatype, list(t.shape)) for t in m.inputs}
         self.assertEqual(inputs["key_padding_mask"][0], "BOOL")
         self.assertEqual(inputs["query"][1][:2], [-1, -1])
-        self.assertEqual([t.name for t in m.outputs], ["output", "weights"])
+        self.assertEqual([t.name for t in m.outputs], ["output", "weights", "lse"])
         sdpa = self.stub.ModelMetadata(pb.ModelMetadataRequest(name="scaled_dot_product_attention"))
         self.assertEqual([t.name for t in sdpa.inputs],
-                         ["query", "key", "value", "key_padding_mask", "attn_bias"])
+                         ["query", "key", "value", "key_padding_mask", "attn_bias",
+                          "alibi_slopes", "sink_logits"])
         for rpc, req in ((self.stub.ModelReady, pb.ModelReadyRequest(name="nope")),
                          (self.stub.ModelMetadata, pb.ModelMetadataRequest(name="nope"))):
             with self.assertRaises(grpc.RpcError) as e:

@@ -127,6 +127,60 @@ assert (np.abs(got - want) <= ulp * np.abs(want) + 1e-5).all(), np.abs(got - wan
 PY
 done
 
+# ---- the attention variants (issue 23): GQA shapes, bottom-right causal, a
+# window, softcap, ALiBi and sinks as parameters and inputs, the lse as an
+# output; against numpy in float64 -----------------------------------------------
+$py - "$work" <<'PY'
+import json, sys
+import numpy as np
+rng = np.random.default_rng(3)
+q = rng.standard_normal((1, 4, 3, 8)).astype(np.float32)
+k = rng.standard_normal((1, 2, 9, 8)).astype(np.float32)   # 2 kv heads for 4 query heads
+v = rng.standard_normal((1, 2, 9, 8)).astype(np.float32)
+slopes = np.array([0.5, 0.25, 0.125, 0.0625], np.float32)
+sink = rng.standard_normal(4).astype(np.float32)
+np.savez(f"{sys.argv[1]}/var.npz", q=q, k=k, v=v, slopes=slopes, sink=sink)
+def inp(name, a): return {"name": name, "shape": list(a.shape), "datatype": "FP32", "data": a.ravel().tolist()}
+body = {"parameters": {"causal": True, "causal_alignment": "bottom_right", "window_left": 4,
+                       "softcap": 5.0, "return_lse": True},
+        "inputs": [inp("query", q), inp("key", k), inp("value", v),
+                   inp("alibi_slopes", slopes), inp("sink_logits", sink)],
+        "outputs": [{"name": "output"}, {"name": "lse"}]}
+json.dump(body, open(f"{sys.argv[1]}/var.json", "w"))
+PY
+call POST $sdpa --data-binary "@$work/var.json"
+[ "$code" = 200 ] || fail "variants: HTTP $code: $body"
+$py - "$work" <<'PY' || fail "variants result"
+import json, sys
+import numpy as np
+t = np.load(f"{sys.argv[1]}/var.npz"); r = json.load(open(f"{sys.argv[1]}/body"))
+out = {o["name"]: np.array(o["data"], np.float64).reshape(o["shape"]) for o in r["outputs"]}
+q, k, v = (np.repeat(t[n].astype(np.float64), 2, axis=1) if n != "q" else t[n].astype(np.float64)
+           for n in ("q", "k", "v"))
+lq, lk = 3, 9
+s = q @ np.swapaxes(k, -1, -2) / np.sqrt(8)
+s = 5.0 * np.tanh(s / 5.0)
+pos = np.arange(lq)[:, None] + lk - lq; j = np.arange(lk)[None, :]
+s = s - t["slopes"].astype(np.float64)[None, :, None, None] * np.abs(pos - j)
+s = np.where((j > pos) | (j < pos - 4), -np.inf, s)
+sink = t["sink"].astype(np.float64)[None, :, None, None]
+m = np.maximum(s.max(-1, keepdims=True), sink)
+e = np.exp(s - m); tot = e.sum(-1, keepdims=True) + np.exp(sink - m)
+want = (e / tot) @ v; lse = (m + np.log(tot))[..., 0]
+assert out["output"].shape == want.shape and out["lse"].shape == lse.shape, (out["output"].shape, out["lse"].shape)
+assert np.abs(out["output"] - want).max() < 2e-5, np.abs(out["output"] - want).max()
+assert np.abs(out["lse"] - lse).max() < 2e-5, np.abs(out["lse"] - lse).max()
+PY
+call GET /v2/models/scaled_dot_product_attention
+grep -q '"name":"lse"' <<<"$body" && grep -q '"name":"alibi_slopes"' <<<"$body" ||
+  fail "metadata lacks the lse output or the alibi_slopes input: $body"
+call POST $sdpa -d '{"parameters": {"causal_alignment": "middle"}, "inputs": [{"name": "query", "shape": [2, 2], "datatype": "FP32", "data": [1, 2, 3, 4]}]}'
+expect 400 "parameters.causal_alignment: expected 'top_left' or 'bottom_right', got 'middle'"
+call POST $sdpa -d '{"parameters": {"window_left": -1}, "inputs": [{"name": "query", "shape": [2, 2], "datatype": "FP32", "data": [1, 2, 3, 4]}]}'
+expect 400 'window_left: must be >= 0'
+call POST $sdpa -d '{"parameters": {"compute_precision": "fp8"}, "inputs": [{"name": "query", "shape": [2, 2], "datatype": "FP32", "data": [1, 2, 3, 4]}]}'
+expect 400 "parameters.compute_precision: expected 'fp32' or 'bf16', got 'fp8'"
+
 # ---- bad input: a clear 4xx, never a crash ------------------------------------
 call POST $sdpa -d '{"inputs": [' && expect 400 'body: JSON unexpected end'
 call POST $sdpa -d '[1, 2]' && expect 400 'body: expected an object, got an array'
@@ -166,7 +220,7 @@ call GET /v2/health/live && expect 200 '"live":true'  # still alive
 
 # ---- metrics, labelled by protocol ----------------------------------------------
 scrape=$(curl -sS "$metrics")
-grep -qE '^attn_requests_total\{rpc="ModelInfer",model="-",code="OK",protocol="oip-http"\} 4$' <<<"$scrape" ||
+grep -qE '^attn_requests_total\{rpc="ModelInfer",model="-",code="OK",protocol="oip-http"\} 5$' <<<"$scrape" ||
   fail "metrics: $(grep ModelInfer <<<"$scrape")"
 grep -qE '^attn_requests_total\{rpc="ModelInfer",model="-",code="INVALID_ARGUMENT",protocol="oip-http"\}' <<<"$scrape" ||
   fail "metrics lack the refused HTTP calls"
