@@ -14,4 +14,20 @@ const char* DtypeName(wire::WireType type) {
   return "float32";
 }
 
+void ApplyVariants(const AttentionVariants& v, AttentionMasks* masks,
+                   AttentionScoreOptions* score) {
+  masks->causal_alignment =
+      v.bottom_right ? CausalAlignment::kBottomRight : CausalAlignment::kTopLeft;
+  masks->window_left = v.window_left;
+  masks->window_right = v.window_right;
+  score->softcap = v.softcap;
+  if (v.alibi_slopes) {
+    score->alibi_slopes = TensorView::Dense(v.alibi_slopes->values.data(), v.alibi_slopes->shape);
+  }
+  if (v.sink_logits) {
+    score->sink_logits = TensorView::Dense(v.sink_logits->values.data(), v.sink_logits->shape);
+  }
+  score->return_lse = v.return_lse;
+}
+
 }  // namespace attn::client

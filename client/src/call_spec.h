@@ -8,10 +8,31 @@
 #include <string>
 #include <vector>
 
+#include "attn/attention.h"
 #include "host_array.h"
 #include "wire/tensor_codec.h"
 
 namespace attn::client {
+
+// The attention variants (attention.v1's AttentionOptions, OIP's parameters),
+// as the commands and the bench take them from their flags.
+struct AttentionVariants {
+  bool bottom_right = false;  // --causal-alignment bottom_right
+  std::optional<int64_t> window_left, window_right;
+  std::optional<float> softcap;
+  std::optional<HostArray> alibi_slopes, sink_logits;
+  bool return_lse = false;
+  std::string compute_precision;  // "", "float32" or "bfloat16"
+  int64_t num_kv_heads = 0;       // mha's field; the bench's kv heads for attention
+
+  bool any() const {
+    return bottom_right || window_left || window_right || softcap || alibi_slopes || sink_logits ||
+           return_lse || !compute_precision.empty();
+  }
+};
+
+// Core's view of `v` (its arrays viewed, not copied: `v` must outlive them).
+void ApplyVariants(const AttentionVariants& v, AttentionMasks* masks, AttentionScoreOptions* score);
 
 struct CallSpec {
   std::string op;  // attention | cross | mha
@@ -29,6 +50,7 @@ struct CallSpec {
   // Inline projections: q, k, v, out weights then q, k, v, out biases
   // (nn.Linear layout); empty for none. out_* travel for mha only.
   std::vector<HostArray> projections;
+  AttentionVariants variants;
 };
 
 // --dtype's choices, and the wire type of one ("float32" for anything else).

@@ -74,6 +74,26 @@ StatusOr<inference::ModelInferRequest> BuildOipRequest(const CallSpec& s) {
   BoolParameter("return_weights", s.return_weights, &req);
   BoolParameter("per_head_weights", s.per_head_weights, &req);
   if (s.scale) (*req.mutable_parameters())["scale"].set_double_param(*s.scale);
+  const AttentionVariants& v = s.variants;
+  auto& params = *req.mutable_parameters();
+  if (v.bottom_right) params["causal_alignment"].set_string_param("bottom_right");
+  if (v.window_left) params["window_left"].set_int64_param(*v.window_left);
+  if (v.window_right) params["window_right"].set_int64_param(*v.window_right);
+  if (v.softcap) params["softcap"].set_double_param(*v.softcap);
+  BoolParameter("return_lse", v.return_lse, &req);
+  if (!v.compute_precision.empty()) {
+    params["compute_precision"].set_string_param(v.compute_precision == "bfloat16" ? "bf16"
+                                                                                   : "fp32");
+  }
+  CallSpec f32 = s;  // slopes and sinks are FP32 whatever --dtype says
+  f32.dtype = wire::WireType::kFloat32;
+  if (v.alibi_slopes) AddInput("alibi_slopes", *v.alibi_slopes, f32, &req);
+  if (v.sink_logits) AddInput("sink_logits", *v.sink_logits, f32, &req);
+  if (v.num_kv_heads != 0) {
+    return Status::InvalidArgument(
+        "--num-kv-heads: OIP models carry their heads; grouped-query SDPA reads them from the "
+        "key's shape");
+  }
   if (s.num_heads != 0 && s.model.empty()) {
     return Status::InvalidArgument(
         "--num-heads: OIP's scaled_dot_product_attention takes heads "
@@ -94,6 +114,7 @@ Status FromOipResponse(const inference::ModelInferResponse& resp,
     const auto& o = resp.outputs(i);
     attention::v1::Tensor* t = o.name() == "weights"  ? out->mutable_weights()
                                : o.name() == "output" ? out->mutable_output()
+                               : o.name() == "lse"    ? out->mutable_lse()
                                                       : nullptr;
     if (t == nullptr) continue;
     t->mutable_shape()->Add(o.shape().begin(), o.shape().end());

@@ -32,6 +32,27 @@ void SetShared(const CallSpec& s, Request* req) {
   }
 }
 
+// AttentionOptions, when any variant is asked for.
+template <typename Request>
+void SetOptions(const CallSpec& s, Request* req) {
+  const AttentionVariants& v = s.variants;
+  if (!v.any()) return;
+  attention::v1::AttentionOptions* o = req->mutable_options();
+  o->set_causal_alignment(v.bottom_right ? attention::v1::CAUSAL_ALIGNMENT_BOTTOM_RIGHT
+                                         : attention::v1::CAUSAL_ALIGNMENT_TOP_LEFT);
+  if (v.window_left) o->set_window_left(*v.window_left);
+  if (v.window_right) o->set_window_right(*v.window_right);
+  if (v.softcap) o->set_softcap(*v.softcap);
+  // Slopes and sinks are float32 whatever --dtype says (the contract's FLOAT32).
+  if (v.alibi_slopes) *o->mutable_alibi_slopes() = ToWire(*v.alibi_slopes, s.encoding);
+  if (v.sink_logits) *o->mutable_sink_logits() = ToWire(*v.sink_logits, s.encoding);
+  o->set_return_lse(v.return_lse);
+  if (v.compute_precision == "float32") o->set_compute_precision(attention::v1::PRECISION_FLOAT32);
+  if (v.compute_precision == "bfloat16") {
+    o->set_compute_precision(attention::v1::PRECISION_BFLOAT16);
+  }
+}
+
 template <typename Request>
 void SetQueryKeyValue(const CallSpec& s, Request* req) {
   *req->mutable_query() = ToWire(s.query, s.encoding, s.dtype);
@@ -73,6 +94,7 @@ StatusOr<AttentionCall> BuildCall(const CallSpec& s) {
     *call.cross.mutable_decoder() = ToWire(s.query, s.encoding, s.dtype);
     *call.cross.mutable_encoder() = ToWire(*s.key, s.encoding, s.dtype);
     SetShared(s, &call.cross);
+    SetOptions(s, &call.cross);
     if (s.scale) call.cross.set_scale(*s.scale);
     return call;
   }
@@ -82,6 +104,7 @@ StatusOr<AttentionCall> BuildCall(const CallSpec& s) {
   if (s.op == "attention") {
     SetQueryKeyValue(s, &call.attention);
     SetShared(s, &call.attention);
+    SetOptions(s, &call.attention);
     if (s.scale) call.attention.set_scale(*s.scale);
     return call;
   }
@@ -94,6 +117,8 @@ StatusOr<AttentionCall> BuildCall(const CallSpec& s) {
   SetShared(s, &call.mha);
   call.mha.set_num_heads(static_cast<int32_t>(s.num_heads));
   call.mha.set_per_head_weights(s.per_head_weights);
+  call.mha.set_num_kv_heads(static_cast<int32_t>(s.variants.num_kv_heads));
+  SetOptions(s, &call.mha);
   return call;
 }
 

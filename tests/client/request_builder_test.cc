@@ -11,6 +11,7 @@
 namespace attn {
 namespace {
 
+using client::AttentionVariants;
 using client::BuildCall;
 using client::CallSpec;
 using client::HostArray;
@@ -131,6 +132,67 @@ TEST(RequestBuilder, OipAndNativeAnswersAreBitIdentical) {
         EXPECT_EQ(x->values, y->values);
         EXPECT_EQ(a->dtype(), b->dtype());
       }
+    }
+  }
+}
+
+// Every variant flag's value reaches the server the same way over
+// attention.v1 and over OIP: the same bits out, the lse included, for SDPA
+// with grouped-query shapes and for a model's MHA.
+TEST(RequestBuilder, VariantsTravelAlikeOverBothProtocols) {
+  auto server = attn_test::StartTestServer();
+  ASSERT_NE(server, nullptr);
+  client::AttentionClient c(client::Connect(attn_test::Target(*server)));
+  std::mt19937 rng(4);
+  AttentionVariants v;
+  v.bottom_right = true;
+  v.window_left = 3;
+  v.softcap = 6.0f;
+  v.return_lse = true;
+  v.compute_precision = "bfloat16";
+  for (const std::string op : {"attention", "mha"}) {
+    SCOPED_TRACE(op);
+    CallSpec spec;
+    spec.op = op;
+    spec.causal = true;
+    spec.variants = v;
+    if (op == "attention") {
+      spec.query = client::RandomArray({1, 4, 5, 8}, rng);
+      spec.key = client::RandomArray({1, 2, 9, 8}, rng);  // GQA
+      spec.value = client::RandomArray({1, 2, 9, 8}, rng);
+      spec.variants.sink_logits = client::RandomArray({4}, rng);
+      spec.variants.alibi_slopes = HostArray{{4}, {0.5f, 0.25f, 0.125f, 0.0625f}, false};
+    } else {
+      spec.model = "demo-mha-small";  // 4 heads
+      client::FillRandomInputs({1, 5, 9, 64, 64, 64}, rng, &spec);
+      spec.variants.sink_logits = client::RandomArray({4}, rng);
+    }
+    auto call = BuildCall(spec);
+    ASSERT_TRUE(call.ok()) << call.status().ToString();
+    const auto& o = op == "attention" ? call->attention.options() : call->mha.options();
+    EXPECT_EQ(o.causal_alignment(), attention::v1::CAUSAL_ALIGNMENT_BOTTOM_RIGHT);
+    EXPECT_EQ(o.window_left(), 3);
+    EXPECT_FALSE(o.has_window_right());
+    EXPECT_EQ(o.softcap(), 6.0f);
+    EXPECT_TRUE(o.return_lse());
+    EXPECT_EQ(o.compute_precision(), attention::v1::PRECISION_BFLOAT16);
+    attention::v1::AttentionResponse native, oip;
+    grpc::Status st = c.Call(*call, &native);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    ASSERT_TRUE(native.has_lse());
+    spec.oip = true;
+    call = BuildCall(spec);
+    ASSERT_TRUE(call.ok()) << call.status().ToString();
+    EXPECT_EQ(call->infer.parameters().at("causal_alignment").string_param(), "bottom_right");
+    EXPECT_EQ(call->infer.parameters().at("compute_precision").string_param(), "bf16");
+    st = c.Call(*call, &oip);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    for (auto [a, b] :
+         {std::pair{&native.output(), &oip.output()}, std::pair{&native.lse(), &oip.lse()}}) {
+      auto x = client::FromWire(*a, "native"), y = client::FromWire(*b, "oip");
+      ASSERT_TRUE(x.ok() && y.ok()) << x.status().ToString() << y.status().ToString();
+      EXPECT_EQ(x->shape, y->shape);
+      EXPECT_EQ(x->values, y->values);
     }
   }
 }

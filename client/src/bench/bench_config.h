@@ -9,6 +9,7 @@
 
 #include "attention_client.h"
 #include "attn/status.h"
+#include "call_spec.h"
 #include "host_array.h"
 
 namespace attn::client {
@@ -43,8 +44,9 @@ struct BenchConfig {
   // Inline shapes (and the input sizes with --model: batch, seq_q, seq_k).
   int64_t batch = 1, seq_q = 128, seq_k = 0 /* = seq_q */, dim = 64, heads = 1;
   bool causal = false;
-  int64_t padded_keys = 0;  // the last N keys of every batch row masked (key_padding_mask)
-  std::string data_path;    // --data: the inputs from a .npy (query) or .json file
+  AttentionVariants variants;  // --causal-alignment, --window-left, ... (call_spec.h)
+  int64_t padded_keys = 0;     // the last N keys of every batch row masked (key_padding_mask)
+  std::string data_path;       // --data: the inputs from a .npy (query) or .json file
   Encoding encoding = Encoding::kData;
   wire::WireType dtype = wire::WireType::kFloat32;  // --dtype
   bool oip = false;                                 // --protocol oip

@@ -130,6 +130,20 @@ std::optional<TensorView> Padding(const BenchConfig& c, const Shape& key_shape, 
   return TensorView::DenseBool(bytes->data(), spec->key_padding_mask->shape);
 }
 
+// The masks and variants in the workload's one-line description.
+void DescribeVariants(const BenchConfig& c, std::ostringstream& d) {
+  const AttentionVariants& v = c.variants;
+  if (c.causal) d << " causal";
+  if (v.bottom_right) d << " bottom-right";
+  if (v.window_left) d << " window_left=" << *v.window_left;
+  if (v.window_right) d << " window_right=" << *v.window_right;
+  if (v.softcap) d << " softcap=" << *v.softcap;
+  if (v.alibi_slopes) d << " alibi";
+  if (v.sink_logits) d << " sinks";
+  if (v.num_kv_heads > 0 && c.op == "attention") d << " kv_heads=" << v.num_kv_heads;
+  if (!v.compute_precision.empty()) d << " precision=" << v.compute_precision;
+}
+
 double LinearFlops(int64_t rows, int64_t in, int64_t out) {
   return 2.0 * static_cast<double>(rows) * static_cast<double>(in) * static_cast<double>(out);
 }
@@ -167,7 +181,7 @@ StatusOr<Workload> BuildWorkload(const BenchConfig& config, AttentionClient& cli
   std::mt19937 rng(static_cast<unsigned>(c.seed));
   CallSpec spec;
   spec.op = c.op, spec.model = c.model, spec.encoding = c.encoding, spec.dtype = c.dtype,
-  spec.oip = c.oip, spec.causal = c.causal;
+  spec.oip = c.oip, spec.causal = c.causal, spec.variants = c.variants;
   auto weights = ResolveWeights(c, client, rng, &spec);
   if (!weights.ok()) return weights.status();
   // Half types: what the server computes on is the rounded inputs, so the
@@ -188,12 +202,14 @@ StatusOr<Workload> BuildWorkload(const BenchConfig& config, AttentionClient& cli
   StatusOr<AttentionResult> local = Status::Internal("unset");
   if (c.op == "attention" && c.model.empty()) {
     // SDPA on [B, H, L, D] (or [B, L, D] with one head).
-    Shape qs = {c.batch, c.heads, c.seq_q, c.dim}, ks = {c.batch, c.heads, c.seq_k, c.dim};
-    if (c.heads == 1) qs.erase(qs.begin() + 1), ks.erase(ks.begin() + 1);
+    const int64_t kv_heads = c.variants.num_kv_heads > 0 ? c.variants.num_kv_heads : c.heads;
+    Shape qs = {c.batch, c.heads, c.seq_q, c.dim}, ks = {c.batch, kv_heads, c.seq_k, c.dim};
+    if (c.heads == 1 && kv_heads == 1) qs.erase(qs.begin() + 1), ks.erase(ks.begin() + 1);
+    spec.variants.num_kv_heads = 0;  // --num-kv-heads: K/V heads here, not a field
     spec.query = data ? data->query : RandomArray(qs, rng);
     if (data && data->key) {
       spec.key = data->key, spec.value = data->value ? *data->value : *data->key;
-    } else if (!self) {
+    } else if (!self || kv_heads != c.heads) {
       spec.key = RandomArray(ks, rng), spec.value = RandomArray(ks, rng);
     }
     qs = spec.query.shape;
@@ -201,6 +217,7 @@ StatusOr<Workload> BuildWorkload(const BenchConfig& config, AttentionClient& cli
     const HostArray& k = spec.key ? *spec.key : spec.query;
     const HostArray& v = spec.value ? *spec.value : k;
     ScaledDotProductAttentionOptions opt;
+    ApplyVariants(spec.variants, &opt.masks, &opt.score);
     opt.masks.causal = c.causal;
     opt.masks.key_padding_mask = Padding(c, k.shape, &spec, &mask_bytes);
     cost = EstimateScaledDotProductAttention(View(spec.query), View(k), View(v), opt);
@@ -224,6 +241,7 @@ StatusOr<Workload> BuildWorkload(const BenchConfig& config, AttentionClient& cli
     spec.num_heads = c.op == "mha" && c.model.empty() ? weights->heads : 0;
     MultiHeadAttentionOptions opt;
     opt.num_heads = c.op == "mha" ? weights->heads : 1;
+    ApplyVariants(spec.variants, &opt.masks, &opt.score);
     opt.masks.causal = c.causal;
     opt.masks.key_padding_mask = Padding(c, k.shape, &spec, &mask_bytes);
     if (weights->known) {
@@ -247,7 +265,7 @@ StatusOr<Workload> BuildWorkload(const BenchConfig& config, AttentionClient& cli
         HostArray{local->output.shape,
                   std::vector<float>(local->output.data.begin(), local->output.data.end()), false};
   }
-  if (c.causal) d << " causal";
+  DescribeVariants(c, d);
   if (c.padded_keys > 0) d << " padded_keys=" << c.padded_keys;
   if (data) d << " data=" << c.data_path;
   w.description = d.str();

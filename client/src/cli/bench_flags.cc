@@ -10,6 +10,7 @@
 
 #include "bench/workload_file.h"
 #include "cli/client_options.h"
+#include "cli/variant_flags.h"
 
 namespace attn::client {
 namespace {
@@ -67,6 +68,9 @@ Status ReadWorkload(const CommandLine& cl, BenchConfig* c) {
   }
   c->oip = protocol == "oip";
   c->causal = cl.has("--causal");
+  auto variants = VariantsFromFlags(cl);
+  if (!variants.ok()) return variants.status();
+  c->variants = std::move(*variants);
   if (c->seq_k == 0) c->seq_k = c->seq_q;
   return Status::Ok();
 }

@@ -12,6 +12,7 @@
 #include "bench/bench.h"
 #include "cli/bench_flags.h"
 #include "cli/client_options.h"
+#include "cli/variant_flags.h"
 #include "host_array.h"
 #include "request_builder.h"
 #include "wire/status_mapping.h"
@@ -86,6 +87,9 @@ StatusOr<CallSpec> SpecFromFlags(const CommandLine& cl, Session& s) {
   auto heads = cl.Int("--num-heads", 0, 1 << 20, 0);
   if (!heads.ok()) return heads.status();
   spec.num_heads = *heads;
+  auto variants = VariantsFromFlags(cl);
+  if (!variants.ok()) return variants.status();
+  spec.variants = std::move(*variants);
   if (cl.has("--random")) {
     auto seed = cl.Int("--seed", 0, int64_t{1} << 40, 0);
     if (!seed.ok()) return seed.status();
@@ -128,8 +132,10 @@ int Report(const attention::v1::AttentionResponse& resp, const CommandLine& cl) 
   if (!precision.ok()) return Fail(precision.status().message());
   for (const auto& [name, tensor, file_flag] :
        {std::tuple{"output", &resp.output(), "--output"},
-        std::tuple{"weights", &resp.weights(), "--weights-output"}}) {
+        std::tuple{"weights", &resp.weights(), "--weights-output"},
+        std::tuple{"lse", &resp.lse(), "--lse-output"}}) {
     if (std::string(name) == "weights" && !resp.has_weights()) continue;
+    if (std::string(name) == "lse" && !resp.has_lse()) continue;
     auto arr = FromWire(*tensor, name);
     if (!arr.ok()) return Fail("bad response: " + arr.status().message(), 1);
     if (cl.has(file_flag)) {

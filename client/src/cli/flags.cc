@@ -82,6 +82,17 @@ const std::vector<FlagSpec>& FlagTable() {
     {"--output", "FILE.npy", "attention cross mha", "write the output instead of printing it"},
     {"--weights-output", "FILE.npy", "attention cross mha", "write the weights instead of printing them"},
     {"--precision", "N", "attention cross mha", "digits printed (default 4)"},
+    // The attention variants (attention.v1's AttentionOptions; OIP's parameters).
+    {"--causal-alignment", "top_left|bottom_right", "attention cross mha bench", "where query i sits among the keys for --causal and windows: i, or i + Lk - Lq (default top_left)"},
+    {"--window-left", "N", "attention cross mha bench", "sliding window: query i sees keys j >= p_i - N"},
+    {"--window-right", "N", "attention cross mha bench", "sliding window: query i sees keys j <= p_i + N"},
+    {"--softcap", "F", "attention cross mha bench", "scores become F * tanh(s / F) (F > 0)"},
+    {"--alibi-slopes", "ARR", "attention cross mha bench", "ALiBi slopes, float [H] or [B, H]"},
+    {"--sink-logits", "ARR", "attention cross mha bench", "attention sinks: one logit per head, float [H]"},
+    {"--return-lse", nullptr, "attention cross mha bench", "also return (print or write) the log-sum-exp of every row"},
+    {"--lse-output", "FILE.npy", "attention cross mha", "write the lse instead of printing it"},
+    {"--compute-precision", "float32|bfloat16", "attention cross mha bench", "the matmuls' arithmetic the call permits (default: the server's)"},
+    {"--num-kv-heads", "N", "mha bench", "kv heads: mha's field (grouped-query projections); bench --op attention: the key's and value's heads"},
     // A load.
     {"--op", "attention|cross|mha|health", "bench", "what to call (default mha)"},
     {"--batch", "B", "bench", "input batch (default 1)"},
