@@ -69,6 +69,42 @@ void BM_Sdpa(benchmark::State& state) {
                                                 benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The variants of issue 23, each on its own shape, D=128 unless said; the
+// FLOPs count only the unmasked (query, key) pairs, counted exactly:
+//   kind 0: GQA Hq32/Hkv8, Lq = Lk = L, no mask
+//   kind 1: bottom-right causal, Lq 512 over Lk = L (a prefill chunk), H8
+//   kind 2: a window of 1024 (left, causal), Lq = Lk = L, H8 D64
+void BM_SdpaVariant(benchmark::State& state) {
+  const int kind = static_cast<int>(state.range(0));
+  const int64_t l = state.range(1);
+  const int64_t hq = kind == 0 ? 32 : 8, hkv = kind == 0 ? 8 : 8, d = kind == 2 ? 64 : 128;
+  const int64_t lq = kind == 1 ? 512 : l, lk = l;
+  auto q = Random(hq * lq * d, 1), k = Random(hkv * lk * d, 2), v = Random(hkv * lk * d, 3);
+  attn::ScaledDotProductAttentionOptions opt;
+  if (kind == 1) {
+    opt.masks.causal = true;
+    opt.masks.causal_alignment = attn::CausalAlignment::kBottomRight;
+  }
+  if (kind == 2) opt.masks.causal = true, opt.masks.window_left = 1024;
+  const attn::Shape qs = {1, hq, lq, d}, ks = {1, hkv, lk, d};
+  for (auto _ : state) {
+    auto r = attn::ScaledDotProductAttention(attn::TensorView::Dense(q.data(), qs),
+                                             attn::TensorView::Dense(k.data(), ks),
+                                             attn::TensorView::Dense(v.data(), ks), opt);
+    if (!r.ok()) state.SkipWithError(r.status().ToString().c_str());
+    benchmark::DoNotOptimize(r);
+  }
+  double pairs = 0;
+  for (int64_t i = 0; i < lq; ++i) {
+    const int64_t pos = kind == 1 ? i + lk - lq : i;
+    const int64_t hi = kind == 0 ? lk : pos + 1;
+    const int64_t lo = kind == 2 ? std::max<int64_t>(0, pos - 1024) : 0;
+    pairs += static_cast<double>(hi - lo);
+  }
+  state.counters["GFLOPS"] = benchmark::Counter(4.0 * hq * d * pairs / 1e9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+
 // nn.MultiheadAttention-style self-attention, E=512, H=8, packed in_proj.
 // BM_MhaWeights also returns the head-averaged weights (PyTorch's default
 // need_weights=True), which takes the exact matmul-softmax-matmul path.
@@ -170,6 +206,14 @@ BENCHMARK(BM_OneDnnMatmul1024)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Sdpa)
     ->ArgsProduct({{128, 512, 2048, 8192}, {0, 1}})
     ->ArgNames({"L", "causal"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SdpaVariant)
+    ->Args({0, 2048})
+    ->Args({0, 8192})
+    ->Args({1, 8192})
+    ->Args({2, 16384})
+    ->ArgNames({"kind", "L"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Mha)

@@ -7,9 +7,10 @@ bench=${1:?usage: $0 path/to/attention-core-bench}
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 # Shapes the bench covers; one iteration each is enough to see the kernels.
-# BM_MhaWeights (weights requested) runs the softmax primitive.
+# BM_MhaWeights (weights requested) runs the softmax primitive; the variants
+# run too (GQA at L=2048 only: its L=8192 row takes seconds and shows nothing new).
 ONEDNN_VERBOSE=1 timeout 300 "$bench" --benchmark_min_time=0 \
-  --benchmark_filter='BM_Sdpa|BM_Mha' >"$log" 2>&1
+  --benchmark_filter='BM_Sdpa/|BM_Mha|BM_SdpaVariant/kind:0/L:2048|BM_SdpaVariant/kind:[12]/' >"$log" 2>&1
 impls=$(grep '^onednn_verbose,exec,' "$log" | cut -d, -f4,5 | sort | uniq -c)
 echo "oneDNN implementations executed (count primitive,impl):"
 echo "$impls"
