@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "attention_client.h"
 #include "attention_server.h"
 
 namespace attn_test {
@@ -29,5 +30,20 @@ inline std::unique_ptr<attn::server::AttentionServer> StartTestServer(
 inline std::string Target(const attn::server::AttentionServer& s) {
   return "127.0.0.1:" + std::to_string(s.port());
 }
+
+// A fixture with a server started and a client connected to it. `Base` is
+// ::testing::Test, or a ::testing::TestWithParam for parameterised suites.
+template <typename Base = ::testing::Test>
+class ServerWithClient : public Base {
+ protected:
+  void SetUp() override {
+    server_ = StartTestServer();
+    ASSERT_NE(server_, nullptr);
+    client_ =
+        std::make_unique<attn::client::AttentionClient>(attn::client::Connect(Target(*server_)));
+  }
+  std::unique_ptr<attn::server::AttentionServer> server_;
+  std::unique_ptr<attn::client::AttentionClient> client_;
+};
 
 }  // namespace attn_test

@@ -48,17 +48,7 @@ double HalfUlp(double x, WireType type) {
   return std::ldexp(1.0, e - mantissa - 1);
 }
 
-class HalfPrecision : public ::testing::TestWithParam<WireType> {
- protected:
-  void SetUp() override {
-    server_ = attn_test::StartTestServer();
-    ASSERT_NE(server_, nullptr);
-    client_ =
-        std::make_unique<client::AttentionClient>(client::Connect(attn_test::Target(*server_)));
-  }
-  std::unique_ptr<server::AttentionServer> server_;
-  std::unique_ptr<client::AttentionClient> client_;
-};
+class HalfPrecision : public attn_test::ServerWithClient<::testing::TestWithParam<WireType>> {};
 
 TEST_P(HalfPrecision, SdpaEqualsTheFloat64ReferenceOnWidenedInputsRoundedOnce) {
   const WireType type = GetParam();

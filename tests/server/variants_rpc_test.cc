@@ -24,17 +24,7 @@ namespace {
 using attn_test::Case;
 using attn_test::Inputs;
 
-class VariantsRpc : public ::testing::Test {
- protected:
-  void SetUp() override {
-    server_ = attn_test::StartTestServer();
-    ASSERT_NE(server_, nullptr);
-    client_ =
-        std::make_unique<client::AttentionClient>(client::Connect(attn_test::Target(*server_)));
-  }
-  std::unique_ptr<server::AttentionServer> server_;
-  std::unique_ptr<client::AttentionClient> client_;
-};
+class VariantsRpc : public attn_test::ServerWithClient<> {};
 
 attention::v1::Tensor Wire(const std::vector<float>& x, Shape shape,
                            wire::Encoding enc = wire::Encoding::kData) {
