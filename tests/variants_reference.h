@@ -10,6 +10,7 @@
 #include <limits>
 #include <optional>
 #include <random>
+#include <utility>
 #include <vector>
 
 namespace attn_test {
@@ -111,6 +112,56 @@ inline Ref Reference(const Case& c, const Inputs& in) {
     }
   }
   return r;
+}
+
+struct Packed {
+  std::vector<int64_t> cu_q{0}, cu_k{0};
+  std::vector<float> q, k, v, alibi, sink;
+  std::vector<Case> cases;
+  std::vector<Inputs> inputs;
+  int64_t hq = 0, hkv = 0, d = 0, dv = 0;
+};
+
+// A packed batch (cu_seqlens): the query [total_q, Hq, D], key and value
+// [total_k, Hkv, *], with each sequence's own case and inputs, and ALiBi
+// slopes [B, H] and sinks [H] for the whole batch.
+// Packs the sequences (lq, lk) with the options of `shape` (whose b, lq and
+// lk are ignored): sequence s is Case shape with b = 1 and its own inputs.
+Packed Pack(const Case& shape, const std::vector<std::pair<int64_t, int64_t>>& lengths) {
+  Packed p;
+  p.hq = shape.hq, p.hkv = shape.hkv, p.d = shape.d, p.dv = shape.dv;
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    Case c = shape;
+    c.b = 1, c.lq = lengths[s].first, c.lk = lengths[s].second;
+    c.seed = shape.seed + static_cast<uint32_t>(s) * 7;
+    Inputs in = MakeInputs(c);
+    if (c.alibi) {  // a slope per (sequence, head)
+      for (int64_t h = 0; h < c.hq; ++h) in.alibi[h] = 0.25f / static_cast<float>(1 + (s + h) % 3);
+      p.alibi.insert(p.alibi.end(), in.alibi.begin(), in.alibi.end());
+    }
+    if (c.sink) {  // one sink per head for the whole batch
+      if (s == 0) p.sink = in.sink;
+      in.sink = p.sink;
+    }
+    // [H, L, D] per sequence into the packed [L, H, D] rows.
+    auto pack = [](const std::vector<float>& src, int64_t heads, int64_t len, int64_t dim,
+                   std::vector<float>* dst) {
+      const size_t base = dst->size();
+      dst->resize(base + static_cast<size_t>(heads * len * dim));
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t i = 0; i < len; ++i)
+          for (int64_t e = 0; e < dim; ++e)
+            (*dst)[base + (i * heads + h) * dim + e] = src[(h * len + i) * dim + e];
+    };
+    pack(in.q, c.hq, c.lq, c.d, &p.q);
+    pack(in.k, c.hkv, c.lk, c.d, &p.k);
+    pack(in.v, c.hkv, c.lk, c.dv, &p.v);
+    p.cu_q.push_back(p.cu_q.back() + c.lq);
+    p.cu_k.push_back(p.cu_k.back() + c.lk);
+    p.cases.push_back(c);
+    p.inputs.push_back(std::move(in));
+  }
+  return p;
 }
 
 }  // namespace attn_test

@@ -5,6 +5,7 @@
 #include "attn/attention.h"
 #include "input_checks.h"
 #include "kernels/blocked_attention.h"
+#include "packed_attention.h"
 
 namespace attn {
 namespace {
@@ -99,12 +100,18 @@ StatusOr<AttentionResult> Sdpa(const TensorView& q, const TensorView& k, const T
 StatusOr<AttentionResult> ScaledDotProductAttention(
     const TensorView& query, const TensorView& key, const TensorView& value,
     const ScaledDotProductAttentionOptions& options) {
-  return GuardExceptions("attention", [&] { return Sdpa(query, key, value, options); });
+  return GuardExceptions("attention", [&] {
+    return internal::IsPacked(options) ? internal::PackedAttention(query, key, value, options)
+                                       : Sdpa(query, key, value, options);
+  });
 }
 
 StatusOr<AttentionCost> EstimateScaledDotProductAttention(
     const TensorView& query, const TensorView& key, const TensorView& value,
     const ScaledDotProductAttentionOptions& options) {
+  if (internal::IsPacked(options)) {
+    return internal::EstimatePackedAttention(query, key, value, options);
+  }
   auto plan = PlanSdpa(query, key, value, options);
   if (!plan.ok()) return plan.status();
   return plan->cost;

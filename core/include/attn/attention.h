@@ -9,6 +9,7 @@
 #include <atomic>
 #include <functional>
 #include <optional>
+#include <vector>
 
 #include "attn/status.h"
 #include "attn/tensor.h"
@@ -87,6 +88,14 @@ struct ScaledDotProductAttentionOptions {
   // runs several calls at once gives each a share of the CPUs.
   int num_threads = 0;
   OutputAllocator output_allocator;  // empty: core allocates the output
+  // A packed batch of variable-length sequences (FlashAttention's varlen
+  // API): B + 1 offsets rising from 0 to total_q (total_k), both or neither.
+  // Then query is [total_q, H, D], key [total_k, Hkv, D], value [total_k,
+  // Hkv, Dv], the output [total_q, H, Dv] and the lse [H, total_q]. Sequence
+  // s is rows [cu_q[s], cu_q[s+1]) against keys [cu_k[s], cu_k[s+1]), its
+  // own problem: alignment, windows and ALiBi ([H] or [B, H]) per sequence.
+  // Weights, key_padding_mask and attn_bias are refused with them.
+  std::vector<int64_t> cu_seqlens_q, cu_seqlens_k;
 };
 
 // softmax(Q K^T * scale + mask) V.

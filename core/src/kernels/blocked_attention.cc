@@ -64,29 +64,6 @@ Workspace& ThreadWorkspace() {
   return ws;
 }
 
-// Copies a strided [rows, cols] block to dense rows at `dst`.
-void CopyRows(const float* base, int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride,
-              float* dst) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* src = base + r * row_stride;
-    if (col_stride == 1) {
-      std::memcpy(dst + r * cols, src, static_cast<size_t>(cols) * sizeof(float));
-    } else {
-      for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = src[c * col_stride];
-    }
-  }
-}
-
-// Returns a dense [rows, cols] copy of a strided block, or the block itself
-// when it is already dense.
-const float* DenseRows(const float* base, int64_t rows, int64_t cols, int64_t row_stride,
-                       int64_t col_stride, FloatBuffer& buf) {
-  if (col_stride == 1 && (row_stride == cols || rows == 1)) return base;
-  float* dst = Workspace::Ensure(buf, rows * cols);
-  CopyRows(base, rows, cols, row_stride, col_stride, dst);
-  return dst;
-}
-
 class BlockedAttention {
  public:
   BlockedAttention(const AttentionProblem& p, int64_t block_q)
@@ -311,8 +288,8 @@ class BlockedAttention {
     for (int64_t i = 0; i < qn; ++i) {
       float* dst = out + i * p_.out_stride[2];
       const float mi = nkb == 0 ? kNegInf : m[i], li = nkb == 0 ? 0.0f : l[i];
-      const Finish f = FinishRow(blk.h, mi, li);
-      if (p_.lse != nullptr) p_.lse[(blk.b * p_.heads + blk.h) * p_.lq + q0 + i] = f.lse;
+      const RowFinish f = FinishRow(p_, blk.h, mi, li);
+      if (p_.lse != nullptr) *p_.LseAt(blk.b, blk.h, q0 + i) = f.lse;
       if (f.factor == 0.0f) {
         std::fill(dst, dst + dv, 0.0f);
         continue;
@@ -320,24 +297,6 @@ class BlockedAttention {
       for (int64_t c = 0; c < dv; ++c) dst[c] = o[i * dv + c] * f.factor;
     }
     return Status::Ok();
-  }
-
-  // How a row with running max m and sum l (of exp(s - m)) ends: what its
-  // accumulated P V is multiplied by, and its log-sum-exp, with the head's
-  // sink logit in the sum. No keys seen and no sink: factor 0, lse -inf.
-  struct Finish {
-    float factor, lse;
-  };
-  Finish FinishRow(int64_t h, float m, float l) const {
-    if (p_.sink == nullptr) {
-      if (l == 0.0f) return {0.0f, kNegInf};
-      return {1.0f / l, m + std::log(l)};
-    }
-    const float sink = p_.sink[h];
-    const float mf = std::isnan(m) ? m : std::max(m, sink);
-    const float seen = m == kNegInf || l == 0.0f ? 0.0f : std::exp(m - mf);
-    const float lf = l * seen + std::exp(sink - mf);
-    return {seen / lf, mf + std::log(lf)};
   }
 
   // The exact path, for when the weights are wanted and so an [Lq, Lk]
@@ -380,7 +339,7 @@ class BlockedAttention {
           kern_.scale(row, lk, 1.0f / sum);
           lse = mf + std::log(sum);
         }
-        if (p_.lse != nullptr) p_.lse[(blk.b * p_.heads + blk.h) * p_.lq + q0 + i] = lse;
+        if (p_.lse != nullptr) *p_.LseAt(blk.b, blk.h, q0 + i) = lse;
       }
     } else {
       Softmax({qn, lk, 1}, w);
@@ -410,45 +369,44 @@ class BlockedAttention {
 
 }  // namespace
 
-Status RunBlockedAttention(const AttentionProblem& p, const std::atomic<bool>* cancelled) {
-  if (p.batch == 0 || p.heads == 0 || p.lq == 0 || p.dv == 0) return Status::Ok();  // empty
-  if (p.lk == 0) {  // no keys: every row is fully masked, so zeros
-    for (int64_t b = 0; b < p.batch; ++b)
-      for (int64_t h = 0; h < p.heads; ++h)
-        for (int64_t i = 0; i < p.lq; ++i) {
-          float* row = p.out + b * p.out_stride[0] + h * p.out_stride[1] + i * p.out_stride[2];
-          std::fill(row, row + p.dv, 0.0f);
-          if (p.lse != nullptr) p.lse[(b * p.heads + h) * p.lq + i] = p.sink ? p.sink[h] : kNegInf;
-        }
-    return Status::Ok();
-  }
-  int threads = p.threads > 0 ? p.threads : ComputeThreads();
-  const double flops = 2.0 * static_cast<double>(p.batch * p.heads) * static_cast<double>(p.lq) *
-                       static_cast<double>(p.lk) *
-                       (static_cast<double>(p.d) + static_cast<double>(p.dv));
-  if (flops < kSerialFlops) threads = 1;
-  // Split queries finer when batch * heads alone cannot keep the team busy.
-  int64_t block_q = kBlockQ;
-  while (block_q > kMinBlockQ &&
-         p.batch * p.heads * ((p.lq + block_q - 1) / block_q) < int64_t{2} * threads) {
-    block_q /= 2;
-  }
-  if (flops < kSerialFlops && p.batch * p.heads > 1 && p.lq <= kBlockQ && p.lk <= kBlockK &&
-      p.Plain()) {
-    return GuardExceptions("attention", [&] {
-      return BlockedAttention(p, p.lq).RunAllHeads(ThreadWorkspace(), cancelled);
-    });
-  }
-  BlockedAttention attention(p, block_q);
-  const int64_t tasks = attention.num_tasks();
-  threads = static_cast<int>(std::min<int64_t>(threads, tasks));
+namespace {
 
+// A problem with no work for the tasks: nothing to write, or no keys (every
+// row fully masked: zeros, and the lse of the sink alone). True when done.
+bool RunTrivial(const AttentionProblem& p) {
+  if (p.batch == 0 || p.heads == 0 || p.lq == 0 || p.dv == 0) return true;
+  if (p.lk != 0) return false;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads; ++h)
+      for (int64_t i = 0; i < p.lq; ++i) {
+        float* row = p.out + b * p.out_stride[0] + h * p.out_stride[1] + i * p.out_stride[2];
+        std::fill(row, row + p.dv, 0.0f);
+        if (p.lse != nullptr) *p.LseAt(b, h, i) = p.sink ? p.sink[h] : kNegInf;
+      }
+  return true;
+}
+
+double ProblemFlops(const AttentionProblem& p) {
+  return 2.0 * static_cast<double>(p.batch * p.heads) * static_cast<double>(p.lq) *
+         static_cast<double>(p.lk) * (static_cast<double>(p.d) + static_cast<double>(p.dv));
+}
+
+// Runs the tasks of `work` (problems in the order given) on up to `threads`
+// OpenMP threads; returns the first error.
+Status RunTasks(const std::vector<BlockedAttention>& work, int threads,
+                const std::atomic<bool>* cancelled) {
+  std::vector<int64_t> first(work.size() + 1, 0);  // task index where problem w starts
+  for (size_t w = 0; w < work.size(); ++w) first[w + 1] = first[w] + work[w].num_tasks();
+  const int64_t tasks = first.back();
+  threads = static_cast<int>(std::min<int64_t>(threads, tasks));
   Status first_error;
   std::atomic<bool> failed{false};
   auto run = [&](int64_t t) {
     if (failed.load(std::memory_order_relaxed)) return;
-    Status st = GuardExceptions("attention",
-                                [&] { return attention.RunTask(t, ThreadWorkspace(), cancelled); });
+    const size_t w =
+        static_cast<size_t>(std::upper_bound(first.begin(), first.end(), t) - first.begin() - 1);
+    Status st = GuardExceptions(
+        "attention", [&] { return work[w].RunTask(t - first[w], ThreadWorkspace(), cancelled); });
     if (!st.ok() && !failed.exchange(true)) first_error = st;
   };
   if (threads <= 1) {
@@ -458,6 +416,61 @@ Status RunBlockedAttention(const AttentionProblem& p, const std::atomic<bool>* c
     for (int64_t t = 0; t < tasks; ++t) run(t);
   }
   return first_error;
+}
+
+// The query block size: halved while the problems' tasks cannot keep the
+// team busy.
+int64_t ChooseBlockQ(const std::vector<const AttentionProblem*>& problems, int threads) {
+  int64_t block_q = kBlockQ;
+  auto count = [&](int64_t bq) {
+    int64_t n = 0;
+    for (const AttentionProblem* p : problems) n += p->batch * p->heads * ((p->lq + bq - 1) / bq);
+    return n;
+  };
+  while (block_q > kMinBlockQ && count(block_q) < int64_t{2} * threads) block_q /= 2;
+  return block_q;
+}
+
+}  // namespace
+
+Status RunBlockedAttention(const AttentionProblem& p, const std::atomic<bool>* cancelled) {
+  if (RunTrivial(p)) return Status::Ok();
+  int threads = p.threads > 0 ? p.threads : ComputeThreads();
+  const double flops = ProblemFlops(p);
+  if (flops < kSerialFlops) threads = 1;
+  if (flops < kSerialFlops && p.batch * p.heads > 1 && p.lq <= kBlockQ && p.lk <= kBlockK &&
+      p.Plain()) {
+    return GuardExceptions("attention", [&] {
+      return BlockedAttention(p, p.lq).RunAllHeads(ThreadWorkspace(), cancelled);
+    });
+  }
+  std::vector<BlockedAttention> work;
+  work.emplace_back(p, ChooseBlockQ({&p}, threads));
+  return RunTasks(work, threads, cancelled);
+}
+
+Status RunBlockedAttentionBatch(const std::vector<AttentionProblem>& problems,
+                                const std::atomic<bool>* cancelled) {
+  std::vector<const AttentionProblem*> live;
+  double flops = 0;
+  for (const AttentionProblem& p : problems) {
+    if (RunTrivial(p)) continue;
+    live.push_back(&p);
+    flops += ProblemFlops(p);
+  }
+  if (live.empty()) return Status::Ok();
+  int threads = live[0]->threads > 0 ? live[0]->threads : ComputeThreads();
+  if (flops < kSerialFlops) threads = 1;
+  // Longest keys first: their tasks cost the most, and dynamic scheduling
+  // then fills the tail with the short ones.
+  std::stable_sort(
+      live.begin(), live.end(),
+      [](const AttentionProblem* a, const AttentionProblem* b) { return a->lk > b->lk; });
+  const int64_t block_q = ChooseBlockQ(live, threads);
+  std::vector<BlockedAttention> work;
+  work.reserve(live.size());
+  for (const AttentionProblem* p : live) work.emplace_back(*p, block_q);
+  return RunTasks(work, threads, cancelled);
 }
 
 }  // namespace attn::internal

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "attn/attention.h"
 #include "attn/status.h"
@@ -54,11 +55,17 @@ struct AttentionProblem {
   int64_t alibi_stride[2] = {0, 0};
   // One extra logit per head, sink[h], in every row's softmax sum.
   const float* sink = nullptr;
-  // Dense [B, H, Lq] log-sum-exp of each row, or null when not wanted.
+  // Log-sum-exp of each row, or null when not wanted: row i of (b, h) at
+  // lse[(b * heads + h) * lse_head_stride + i]; lse_head_stride 0 means Lq
+  // (dense [B, H, Lq]). A packed batch's sequence sets it to total_q.
   float* lse = nullptr;
+  int64_t lse_head_stride = 0;
 
   // The keys query row i may see: [*lo, *hi), empty when *hi <= *lo.
   void KeyRange(int64_t i, int64_t* lo, int64_t* hi) const;
+  float* LseAt(int64_t b, int64_t h, int64_t i) const {
+    return lse + (b * heads + h) * (lse_head_stride > 0 ? lse_head_stride : lq) + i;
+  }
   // True when none of the terms after the bias above is in use.
   bool Plain() const {
     return kv_group == 1 && pos_offset == 0 && window_left < 0 && window_right < 0 &&
@@ -77,10 +84,32 @@ bool HasScoreTerms(const AttentionProblem& p);
 void ApplyScoreTerms(const AttentionProblem& p, const SoftmaxKernels& kern, float* row, int64_t n,
                      int64_t b, int64_t h, int64_t i, int64_t k0);
 
+// How a row with running max m and sum l (of exp(s - m)) ends: what its
+// accumulated P V is multiplied by, and its log-sum-exp, with the head's
+// sink logit in the sum. No keys seen and no sink: factor 0, lse -inf.
+struct RowFinish {
+  float factor, lse;
+};
+RowFinish FinishRow(const AttentionProblem& p, int64_t h, float m, float l);
+
+// Copies a strided [rows, cols] block to dense rows at `dst`.
+void CopyRows(const float* base, int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride,
+              float* dst);
+// A dense [rows, cols] copy of a strided block in `buf` (grown as needed),
+// or the block itself when it is already dense.
+const float* DenseRows(const float* base, int64_t rows, int64_t cols, int64_t row_stride,
+                       int64_t col_stride, FloatBuffer& buf);
+
 // Computes the problem. Every element of `out` is written; `weights` must be
 // zero-filled by the caller (blocks above the causal diagonal are skipped).
 // Extra memory is O(block sizes), independent of Lq and Lk. Throws nothing.
 Status RunBlockedAttention(const AttentionProblem& problem, const std::atomic<bool>* cancelled);
+
+// Computes independent problems (the sequences of a packed batch) as one
+// pool of tasks, so that short sequences share the threads with long ones
+// instead of each running alone. The problems' `threads` must agree.
+Status RunBlockedAttentionBatch(const std::vector<AttentionProblem>& problems,
+                                const std::atomic<bool>* cancelled);
 
 // True when the q, k and v weights are consecutive row ranges of one
 // [3E, in] weight, as nn.MultiheadAttention's in_proj_weight is (biases

@@ -1,9 +1,11 @@
 // The per-row passes of the blocked kernel (blocked_attention.cc) that are
-// not matmuls: the keys a query row sees, and the score terms of one row of
-// a block (scale, softcap, bias, ALiBi, padding).
+// not matmuls: the keys a query row sees, the score terms of one row of a
+// block (scale, softcap, bias, ALiBi, padding), how a row ends, and the
+// copies that make strided blocks dense.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 
 #include "kernels/blocked_attention.h"
@@ -80,6 +82,39 @@ void ApplyScoreTerms(const AttentionProblem& p, const SoftmaxKernels& kern, floa
     }
   }
   MaskPadded(p, row, n, b, k0);
+}
+
+RowFinish FinishRow(const AttentionProblem& p, int64_t h, float m, float l) {
+  if (p.sink == nullptr) {
+    if (l == 0.0f) return {0.0f, kNegInf};
+    return {1.0f / l, m + std::log(l)};
+  }
+  const float sink = p.sink[h];
+  const float mf = std::isnan(m) ? m : std::max(m, sink);
+  const float seen = m == kNegInf || l == 0.0f ? 0.0f : std::exp(m - mf);
+  const float lf = l * seen + std::exp(sink - mf);
+  return {seen / lf, mf + std::log(lf)};
+}
+
+void CopyRows(const float* base, int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride,
+              float* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* src = base + r * row_stride;
+    if (col_stride == 1) {
+      std::memcpy(dst + r * cols, src, static_cast<size_t>(cols) * sizeof(float));
+    } else {
+      for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = src[c * col_stride];
+    }
+  }
+}
+
+const float* DenseRows(const float* base, int64_t rows, int64_t cols, int64_t row_stride,
+                       int64_t col_stride, FloatBuffer& buf) {
+  if (col_stride == 1 && (row_stride == cols || rows == 1)) return base;
+  const size_t n = static_cast<size_t>(rows * cols);
+  if (buf.size() < n) buf.resize(n);
+  CopyRows(base, rows, cols, row_stride, col_stride, buf.data());
+  return buf.data();
 }
 
 }  // namespace attn::internal
