@@ -190,6 +190,72 @@ TEST_F(VariantsRpc, MultiHeadAndCrossAttentionPassTheOptionsToCore) {
   }
 }
 
+// A packed batch (cu_seqlens) in both encodings: each sequence equals its
+// own float64 reference, the lse [H, total_q]; a model with packed inputs,
+// falling offsets and weights with packed inputs are refused by name.
+TEST_F(VariantsRpc, PackedBatchEachSequenceMatchesItsReference) {
+  Case shape;
+  shape.hq = 4, shape.hkv = 2, shape.d = 16, shape.dv = 8;
+  shape.causal = true, shape.bottom_right = true, shape.wl = 9, shape.alibi = true;
+  const attn_test::Packed p = attn_test::Pack(shape, {{3, 5}, {0, 0}, {1, 1}, {40, 70}, {7, 2}});
+  const int64_t tq = p.cu_q.back(), tk = p.cu_k.back();
+  for (auto enc : {wire::Encoding::kData, wire::Encoding::kValues}) {
+    attention::v1::AttentionRequest req;
+    *req.mutable_query() = Wire(p.q, {tq, p.hq, p.d}, enc);
+    *req.mutable_key() = Wire(p.k, {tk, p.hkv, p.d}, enc);
+    *req.mutable_value() = Wire(p.v, {tk, p.hkv, p.dv}, enc);
+    req.mutable_cu_seqlens_q()->Add(p.cu_q.begin(), p.cu_q.end());
+    req.mutable_cu_seqlens_k()->Add(p.cu_k.begin(), p.cu_k.end());
+    req.set_causal(true);
+    auto* o = req.mutable_options();
+    o->set_causal_alignment(attention::v1::CAUSAL_ALIGNMENT_BOTTOM_RIGHT);
+    o->set_window_left(9);
+    *o->mutable_alibi_slopes() = Wire(p.alibi, {static_cast<int64_t>(p.cases.size()), p.hq}, enc);
+    o->set_return_lse(true);
+    attention::v1::AttentionResponse resp;
+    const grpc::Status st = client_->Attention(req, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    auto out = client::FromWire(resp.output(), "output");
+    auto lse = client::FromWire(resp.lse(), "lse");
+    ASSERT_TRUE(out.ok() && lse.ok());
+    ASSERT_EQ(out->shape, (Shape{tq, p.hq, p.dv}));
+    ASSERT_EQ(lse->shape, (Shape{p.hq, tq}));
+    for (size_t s = 0; s < p.cases.size(); ++s) {
+      const Case& c = p.cases[s];
+      const attn_test::Ref want = attn_test::Reference(c, p.inputs[s]);
+      for (int64_t h = 0; h < c.hq; ++h) {
+        for (int64_t i = 0; i < c.lq; ++i) {
+          const int64_t row = p.cu_q[s] + i;
+          for (int64_t e = 0; e < c.dv; ++e) {
+            EXPECT_NEAR(out->values[(row * p.hq + h) * p.dv + e],
+                        want.out[(h * c.lq + i) * c.dv + e], 2e-5)
+                << "sequence " << s;
+          }
+          const double want_lse = want.lse[h * c.lq + i];
+          if (std::isinf(want_lse)) {  // bottom-right: the first of 7 rows over 2 keys
+            EXPECT_EQ(lse->values[h * tq + row], -std::numeric_limits<float>::infinity());
+          } else {
+            EXPECT_NEAR(lse->values[h * tq + row], want_lse, 2e-4);
+          }
+        }
+      }
+    }
+    req.set_return_weights(true);
+    EXPECT_EQ(client_->Attention(req, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    req.set_return_weights(false);
+    req.set_cu_seqlens_q(2, 0);
+    const grpc::Status fall = client_->Attention(req, &resp);
+    EXPECT_EQ(fall.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(fall.error_message().find("cu_seqlens_q: offsets must not fall"), std::string::npos)
+        << fall.error_message();
+    req.set_model("demo-mha-small");
+    const grpc::Status model = client_->Attention(req, &resp);
+    EXPECT_NE(model.error_message().find("packed batches are for Attention without weights"),
+              std::string::npos)
+        << model.error_message();
+  }
+}
+
 TEST_F(VariantsRpc, BadOptionsAreInvalidArgumentNamingTheField) {
   Case c;
   const Inputs in = attn_test::MakeInputs(c);
@@ -226,7 +292,10 @@ TEST_F(VariantsRpc, BadOptionsAreInvalidArgumentNamingTheField) {
   r = base();
   r.add_cu_seqlens_q(0);
   r.add_cu_seqlens_q(8);
-  expect(r, "cu_seqlens_q/cu_seqlens_k: packed variable-length batches are not served yet");
+  expect(r, "cu_seqlens_k: required with cu_seqlens_q");
+  r.add_cu_seqlens_k(0);
+  r.add_cu_seqlens_k(8);
+  expect(r, "query: rank must be 3 [total_q, H, D] with cu_seqlens, got 4");
   attention::v1::MultiHeadAttentionRequest m;
   m.set_model("demo-mha-small");
   m.set_num_kv_heads(1);

@@ -64,11 +64,8 @@ Status PrepareAttention(const attention::v1::AttentionRequest& req, const ModelR
   CallRequest c = NativeShared(req, CallOp::kAttention, *call);
   NativeQueryKeyValue(req, *call, &c);
   if (req.has_scale()) c.scale = req.scale();
-  if (req.cu_seqlens_q_size() > 0 || req.cu_seqlens_k_size() > 0) {
-    return Status::InvalidArgument(
-        "cu_seqlens_q/cu_seqlens_k: packed variable-length batches are not served yet; send "
-        "each sequence as its own batch row or call");
-  }
+  c.cu_seqlens_q.assign(req.cu_seqlens_q().begin(), req.cu_seqlens_q().end());
+  c.cu_seqlens_k.assign(req.cu_seqlens_k().begin(), req.cu_seqlens_k().end());
   ATTN_RETURN_IF_ERROR(NativeOptions(req.options(), *call, &c));
   return PrepareCall(c, models, limits, call);
 }

@@ -269,6 +269,13 @@ Status PrepareCall(const CallRequest& req, const ModelRegistry& models, const Re
     opt.average_weights = !req.per_head_weights;
     return PrepareMha(q, k, v, opt, limits, call);
   }
+  const bool packed = !req.cu_seqlens_q.empty() || !req.cu_seqlens_k.empty();
+  if (packed && (req.op != CallOp::kAttention || call->weights != nullptr)) {
+    return Status::InvalidArgument(
+        std::string(req.cu_seqlens_q.empty() ? "cu_seqlens_k" : "cu_seqlens_q") +
+        ": packed batches are for Attention without weights (SDPA), got " +
+        (req.op == CallOp::kAttention ? "a model or projections" : "another operation"));
+  }
   if (req.op == CallOp::kCrossAttention && call->weights == nullptr) {
     return Status::InvalidArgument(
         "model or projections: CrossAttention needs one (the query, key and value weights)");
@@ -288,6 +295,8 @@ Status PrepareCall(const CallRequest& req, const ModelRegistry& models, const Re
   opt.score = score;
   opt.scale = req.scale;
   opt.need_weights = req.return_weights;
+  opt.cu_seqlens_q = req.cu_seqlens_q;
+  opt.cu_seqlens_k = req.cu_seqlens_k;
   auto cost = EstimateScaledDotProductAttention(*q, *k, *v, opt);
   if (!cost.ok()) return cost.status();
   ATTN_RETURN_IF_ERROR(CheckLimits(*cost, limits));

@@ -51,6 +51,8 @@ struct CallRequest {
   std::optional<float> softcap;
   std::optional<wire::WireTensor> alibi_slopes, sink_logits;
   bool return_lse = false;
+  // A packed batch (kAttention without weights only): core checks them.
+  std::vector<int64_t> cu_seqlens_q, cu_seqlens_k;
 };
 
 // A validated call. Views point into the request, which must outlive it.

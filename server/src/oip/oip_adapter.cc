@@ -14,7 +14,8 @@ using inference::ModelInferResponse;
 constexpr const char* kInputs[] = {"query",     "key",          "value",      "key_padding_mask",
                                    "attn_bias", "alibi_slopes", "sink_logits"};
 constexpr const char* kInputList =
-    "query, key, value, key_padding_mask, attn_bias, alibi_slopes, sink_logits";
+    "query, key, value, key_padding_mask, attn_bias, alibi_slopes, sink_logits, cu_seqlens_q, "
+    "cu_seqlens_k";
 constexpr const char* kParameters =
     "causal, scale, per_head_weights, return_weights, causal_alignment, window_left, "
     "window_right, softcap, return_lse, compute_precision";
@@ -173,6 +174,50 @@ StatusOr<wire::WireTensor> InputTensor(const ModelInferRequest& req, int i,
   return t;
 }
 
+// An INT64 [B + 1] offsets input (cu_seqlens_q/k) into `dst`, from
+// int64_contents or its raw_input_contents entry (little-endian).
+Status ReadOffsets(const ModelInferRequest& req, int i, std::vector<int64_t>* dst) {
+  const auto& in = req.inputs(i);
+  const std::string at = "inputs[" + std::to_string(i) + "] (" + in.name() + ")";
+  if (!dst->empty()) return Status::InvalidArgument(at + ".name: given twice");
+  if (in.datatype() != "INT64") {
+    return Status::InvalidArgument(at + ".datatype: expected INT64, got '" + in.datatype() + "'");
+  }
+  if (in.shape_size() != 1 || in.shape(0) < 1) {
+    std::string got;
+    for (int64_t d : in.shape()) got += (got.empty() ? "" : ", ") + std::to_string(d);
+    return Status::InvalidArgument(at + ".shape: expected [B + 1] (rank 1, at least 1), got [" +
+                                   got + "]");
+  }
+  const int64_t n = in.shape(0);
+  if (req.raw_input_contents_size() > 0) {
+    const std::string& raw = req.raw_input_contents(i);
+    if (static_cast<int64_t>(raw.size()) != n * 8) {
+      return Status::InvalidArgument("raw_input_contents[" + std::to_string(i) + "]: expected " +
+                                     std::to_string(n * 8) + " bytes (" + std::to_string(n) +
+                                     " INT64), got " + std::to_string(raw.size()));
+    }
+    dst->resize(static_cast<size_t>(n));
+    for (int64_t e = 0; e < n; ++e) {
+      uint64_t u = 0;
+      for (int b = 7; b >= 0; --b) u = (u << 8) | static_cast<uint8_t>(raw[e * 8 + b]);
+      (*dst)[e] = static_cast<int64_t>(u);
+    }
+    return Status::Ok();
+  }
+  const std::string other = OtherContents(in.contents(), "int64_contents");
+  if (!other.empty()) {
+    return Status::InvalidArgument(at + ".contents: INT64 takes int64_contents, got " + other);
+  }
+  if (in.contents().int64_contents_size() != n) {
+    return Status::InvalidArgument(at + ".contents.int64_contents: shape [" + std::to_string(n) +
+                                   "] needs " + std::to_string(n) + " values, got " +
+                                   std::to_string(in.contents().int64_contents_size()));
+  }
+  dst->assign(in.contents().int64_contents().begin(), in.contents().int64_contents().end());
+  return Status::Ok();
+}
+
 enum class Out { kOutput, kWeights, kLse };
 const char* OutName(Out o) {
   return o == Out::kWeights ? "weights" : o == Out::kLse ? "lse" : "output";
@@ -277,6 +322,9 @@ Status ModelMetadata(const ModelRegistry& models, const inference::ModelMetadata
     add(resp->mutable_inputs(), "attn_bias", "FP32", {-1, -1, -1, -1});
     add(resp->mutable_inputs(), "alibi_slopes", "FP32", {-1});  // [H] or [B, H]
     add(resp->mutable_inputs(), "sink_logits", "FP32", {-1});
+    // A packed batch: query [total_q, H, D], key/value [total_k, Hkv, *].
+    add(resp->mutable_inputs(), "cu_seqlens_q", "INT64", {-1});
+    add(resp->mutable_inputs(), "cu_seqlens_k", "INT64", {-1});
     add(resp->mutable_outputs(), "output", "FP32", {-1, -1, -1, -1});
     add(resp->mutable_outputs(), "weights", "FP32", {-1, -1, -1, -1});
     add(resp->mutable_outputs(), "lse", "FP32", {-1, -1, -1});
@@ -320,10 +368,9 @@ Status PrepareInfer(const ModelInferRequest& req, const ModelRegistry& models,
   for (int i = 0; i < req.inputs_size(); ++i) {
     const std::string& name = req.inputs(i).name();
     if (name == "cu_seqlens_q" || name == "cu_seqlens_k") {
-      return Status::InvalidArgument(
-          "inputs[" + std::to_string(i) + "].name: '" + name +
-          "': packed variable-length batches are not served yet; send each sequence as its own "
-          "batch row or call");
+      ATTN_RETURN_IF_ERROR(
+          ReadOffsets(req, i, name == "cu_seqlens_q" ? &c.cu_seqlens_q : &c.cu_seqlens_k));
+      continue;
     }
     const auto* it = std::find_if(std::begin(kInputs), std::end(kInputs),
                                   [&](const char* n) { return name == n; });

@@ -167,6 +167,17 @@ Status ParseInput(const JsonValue& in, const std::string& where, std::string_vie
     return Bad(at + ".data", "shape " + ShapeToString(s) + " needs " + std::to_string(*numel) +
                                  " values, got " + std::to_string(values.size()));
   }
+  if (t->datatype() == "INT64") {  // offsets (cu_seqlens_q/k): little-endian int64
+    raw->resize(values.size() * 8);
+    for (size_t e = 0; e < values.size(); ++e) {
+      if (values[e] != std::floor(values[e]) || std::abs(values[e]) > 9.0e15) {
+        return Bad(at + ".data", "INT64 values must be integers, got " + std::to_string(values[e]));
+      }
+      auto u = static_cast<uint64_t>(static_cast<int64_t>(values[e]));
+      for (int b = 0; b < 8; ++b) (*raw)[e * 8 + b] = static_cast<char>((u >> (8 * b)) & 0xff);
+    }
+    return Status::Ok();
+  }
   if (type != wire::WireType::kOther) *raw = ToRaw(values, type);  // else refused by datatype
   return Status::Ok();
 }

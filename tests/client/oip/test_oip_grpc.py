@@ -37,7 +37,7 @@ def generate_stubs():
 
 pb, pb_grpc = generate_stubs()
 
-NP = {"FP32": np.float32, "FP16": np.float16, "BOOL": np.bool_, "INT8": np.int8}
+NP = {"FP32": np.float32, "FP16": np.float16, "BOOL": np.bool_, "INT8": np.int8, "INT64": np.int64}
 
 
 def bf16_bytes(a):
@@ -53,13 +53,16 @@ def bf16_values(raw):
 def infer_input(name, a, datatype=None, raw=True):
     a = np.asarray(a)
     t = pb.ModelInferRequest.InferInputTensor(name=name, shape=list(a.shape))
-    t.datatype = datatype or ("BOOL" if a.dtype == np.bool_ else "FP32")
+    t.datatype = datatype or ("BOOL" if a.dtype == np.bool_ else
+                              "INT64" if a.dtype == np.int64 else "FP32")
     if t.datatype == "BF16":
         return t, bf16_bytes(a)
     if raw:
         return t, np.ascontiguousarray(a, NP[t.datatype]).tobytes()
     if t.datatype == "BOOL":
         t.contents.bool_contents.extend(a.ravel().tolist())
+    elif t.datatype == "INT64":
+        t.contents.int64_contents.extend(a.ravel().tolist())
     else:
         t.contents.fp32_contents.extend(a.astype(np.float32).ravel().tolist())
     return t, None
@@ -173,7 +176,52 @@ class OipGrpcTest(unittest.TestCase):
                           grpc.StatusCode.INVALID_ARGUMENT, "softcap: must be > 0")
         self.assert_error(request("scaled_dot_product_attention",
                                   [("query", q), ("cu_seqlens_q", np.array([0, 5], np.float32))]),
-                          grpc.StatusCode.INVALID_ARGUMENT, "packed variable-length batches")
+                          grpc.StatusCode.INVALID_ARGUMENT,
+                          "inputs[1] (cu_seqlens_q).datatype: expected INT64, got 'FP32'")
+
+    def test_packed_batch_with_cu_seqlens(self):
+        """Three sequences packed as [total, H, D] with INT64 offsets, raw and
+        typed; each equals its own attention in float64 (GQA, bottom-right
+        causal); the lse is [H, total_q]."""
+        rng = np.random.default_rng(4)
+        lq, lk = [3, 0, 6], [5, 2, 6]
+        cu_q, cu_k = np.cumsum([0] + lq), np.cumsum([0] + lk)
+        q = rng.standard_normal((cu_q[-1], 4, 8)).astype(np.float32)
+        k = rng.standard_normal((cu_k[-1], 2, 8)).astype(np.float32)
+        v = rng.standard_normal((cu_k[-1], 2, 8)).astype(np.float32)
+        for raw in (True, False):
+            resp = self.infer(request(
+                "scaled_dot_product_attention",
+                [("query", q), ("key", k), ("value", v), ("cu_seqlens_q", cu_q.astype(np.int64)),
+                 ("cu_seqlens_k", cu_k.astype(np.int64))],
+                raw=raw, outputs=("output", "lse"), causal=True, causal_alignment="bottom_right"))
+            out, _ = output(resp, "output")
+            lse, _ = output(resp, "lse")
+            self.assertEqual(out.shape, (cu_q[-1], 4, 8))
+            self.assertEqual(lse.shape, (4, cu_q[-1]))
+            for s in (0, 2):  # sequence 1 has no queries (and so no rows to check)
+                qs = q[cu_q[s]:cu_q[s + 1]].transpose(1, 0, 2).astype(np.float64)
+                ks, vs = (np.repeat(x[cu_k[s]:cu_k[s + 1]].transpose(1, 0, 2).astype(np.float64),
+                                    2, axis=0) for x in (k, v))
+                sc = qs @ np.swapaxes(ks, -1, -2) / np.sqrt(8)
+                pos = np.arange(lq[s])[:, None] + lk[s] - lq[s]
+                sc = np.where(np.arange(lk[s])[None, :] > pos, -np.inf, sc)
+                m = sc.max(-1, keepdims=True)
+                e = np.exp(sc - m)
+                want = (e / e.sum(-1, keepdims=True)) @ vs
+                assert_close(self, out[cu_q[s]:cu_q[s + 1]].transpose(1, 0, 2), want, 1.0)
+                assert_close(self, lse[:, cu_q[s]:cu_q[s + 1]],
+                             (m + np.log(e.sum(-1, keepdims=True)))[..., 0], 1.0)
+        self.assert_error(request("scaled_dot_product_attention",
+                                  [("query", q), ("key", k), ("value", v),
+                                   ("cu_seqlens_q", np.array([0, 5, 2, 9], np.int64)),
+                                   ("cu_seqlens_k", cu_k.astype(np.int64))]),
+                          grpc.StatusCode.INVALID_ARGUMENT,
+                          "cu_seqlens_q: offsets must not fall, got [1] = 5 then [2] = 2")
+        self.assert_error(request("scaled_dot_product_attention",
+                                  [("query", q), ("key", k), ("value", v),
+                                   ("cu_seqlens_q", cu_q.astype(np.int64))]),
+                          grpc.StatusCode.INVALID_ARGUMENT, "cu_seqlens_k: required with cu_seqlens_q")
 
     def test_live_ready_and_metadata(self):
         self.assertTrue(self.stub.ServerLive(pb.ServerLiveRequest()).live)
@@ -192,7 +240,7 @@ class OipGrpcTest(unittest.TestCase):
         sdpa = self.stub.ModelMetadata(pb.ModelMetadataRequest(name="scaled_dot_product_attention"))
         self.assertEqual([t.name for t in sdpa.inputs],
                          ["query", "key", "value", "key_padding_mask", "attn_bias",
-                          "alibi_slopes", "sink_logits"])
+                          "alibi_slopes", "sink_logits", "cu_seqlens_q", "cu_seqlens_k"])
         for rpc, req in ((self.stub.ModelReady, pb.ModelReadyRequest(name="nope")),
                          (self.stub.ModelMetadata, pb.ModelMetadataRequest(name="nope"))):
             with self.assertRaises(grpc.RpcError) as e:

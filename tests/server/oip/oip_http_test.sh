@@ -171,7 +171,47 @@ assert out["output"].shape == want.shape and out["lse"].shape == lse.shape, (out
 assert np.abs(out["output"] - want).max() < 2e-5, np.abs(out["output"] - want).max()
 assert np.abs(out["lse"] - lse).max() < 2e-5, np.abs(out["lse"] - lse).max()
 PY
+# A packed batch: INT64 offsets as JSON data; each sequence its own problem.
+$py - "$work" <<'PY'
+import json, sys
+import numpy as np
+rng = np.random.default_rng(8)
+cu_q, cu_k = [0, 2, 2, 6], [0, 3, 4, 9]
+q = rng.standard_normal((6, 2, 4)).astype(np.float32)
+k = rng.standard_normal((9, 1, 4)).astype(np.float32)
+v = rng.standard_normal((9, 1, 4)).astype(np.float32)
+np.savez(f"{sys.argv[1]}/packed.npz", q=q, k=k, v=v)
+def inp(name, a, dt="FP32"): return {"name": name, "shape": list(np.shape(a)), "datatype": dt, "data": np.ravel(a).tolist()}
+body = {"parameters": {"causal": True, "causal_alignment": "bottom_right"},
+        "inputs": [inp("query", q), inp("key", k), inp("value", v),
+                   inp("cu_seqlens_q", cu_q, "INT64"), inp("cu_seqlens_k", cu_k, "INT64")]}
+json.dump(body, open(f"{sys.argv[1]}/packed.json", "w"))
+PY
+call POST $sdpa --data-binary "@$work/packed.json"
+[ "$code" = 200 ] || fail "packed: HTTP $code: $body"
+$py - "$work" <<'PY' || fail "packed result"
+import json, sys
+import numpy as np
+t = np.load(f"{sys.argv[1]}/packed.npz"); r = json.load(open(f"{sys.argv[1]}/body"))
+o = r["outputs"][0]; out = np.array(o["data"], np.float64).reshape(o["shape"])
+assert list(out.shape) == [6, 2, 4], out.shape
+cu_q, cu_k = [0, 2, 2, 6], [0, 3, 4, 9]
+for s in (0, 2):
+    q = t["q"][cu_q[s]:cu_q[s + 1]].transpose(1, 0, 2).astype(np.float64)
+    k = np.repeat(t["k"][cu_k[s]:cu_k[s + 1]].transpose(1, 0, 2).astype(np.float64), 2, 0)
+    v = np.repeat(t["v"][cu_k[s]:cu_k[s + 1]].transpose(1, 0, 2).astype(np.float64), 2, 0)
+    lq, lk = q.shape[1], k.shape[1]
+    sc = q @ np.swapaxes(k, -1, -2) / 2.0
+    pos = np.arange(lq)[:, None] + lk - lq
+    sc = np.where(np.arange(lk)[None, :] > pos, -np.inf, sc)
+    p = np.exp(sc - sc.max(-1, keepdims=True)); p /= p.sum(-1, keepdims=True)
+    got = out[cu_q[s]:cu_q[s + 1]].transpose(1, 0, 2)
+    assert np.abs(got - p @ v).max() < 2e-5, np.abs(got - p @ v).max()
+PY
+call POST $sdpa -d '{"inputs": [{"name": "query", "shape": [2, 1, 2], "datatype": "FP32", "data": [1, 2, 3, 4]}, {"name": "cu_seqlens_q", "shape": [2], "datatype": "INT64", "data": [0, 2]}]}'
+expect 400 'cu_seqlens_k: required with cu_seqlens_q'
 call GET /v2/models/scaled_dot_product_attention
+grep -q '"name":"cu_seqlens_q"' <<<"$body" || fail "metadata lacks cu_seqlens_q: $body"
 grep -q '"name":"lse"' <<<"$body" && grep -q '"name":"alibi_slopes"' <<<"$body" ||
   fail "metadata lacks the lse output or the alibi_slopes input: $body"
 call POST $sdpa -d '{"parameters": {"causal_alignment": "middle"}, "inputs": [{"name": "query", "shape": [2, 2], "datatype": "FP32", "data": [1, 2, 3, 4]}]}'
@@ -220,7 +260,7 @@ call GET /v2/health/live && expect 200 '"live":true'  # still alive
 
 # ---- metrics, labelled by protocol ----------------------------------------------
 scrape=$(curl -sS "$metrics")
-grep -qE '^attn_requests_total\{rpc="ModelInfer",model="-",code="OK",protocol="oip-http"\} 5$' <<<"$scrape" ||
+grep -qE '^attn_requests_total\{rpc="ModelInfer",model="-",code="OK",protocol="oip-http"\} 6$' <<<"$scrape" ||
   fail "metrics: $(grep ModelInfer <<<"$scrape")"
 grep -qE '^attn_requests_total\{rpc="ModelInfer",model="-",code="INVALID_ARGUMENT",protocol="oip-http"\}' <<<"$scrape" ||
   fail "metrics lack the refused HTTP calls"
