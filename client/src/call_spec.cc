@@ -30,4 +30,10 @@ void ApplyVariants(const AttentionVariants& v, AttentionMasks* masks,
   score->return_lse = v.return_lse;
 }
 
+void ApplyVariants(const AttentionVariants& v, ScaledDotProductAttentionOptions* opt) {
+  ApplyVariants(v, &opt->masks, &opt->score);
+  opt->cu_seqlens_q = v.cu_seqlens_q;
+  opt->cu_seqlens_k = v.cu_seqlens_k;
+}
+
 }  // namespace attn::client

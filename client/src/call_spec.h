@@ -24,6 +24,9 @@ struct AttentionVariants {
   bool return_lse = false;
   std::string compute_precision;  // "", "float32" or "bfloat16"
   int64_t num_kv_heads = 0;       // mha's field; the bench's kv heads for attention
+  // A packed batch (attention only; not AttentionOptions but the request's
+  // own fields): query [total_q, H, D], key/value [total_k, Hkv, *].
+  std::vector<int64_t> cu_seqlens_q, cu_seqlens_k;
 
   bool any() const {
     return bottom_right || window_left || window_right || softcap || alibi_slopes || sink_logits ||
@@ -33,6 +36,8 @@ struct AttentionVariants {
 
 // Core's view of `v` (its arrays viewed, not copied: `v` must outlive them).
 void ApplyVariants(const AttentionVariants& v, AttentionMasks* masks, AttentionScoreOptions* score);
+// The same for SDPA, with the packed batch's offsets.
+void ApplyVariants(const AttentionVariants& v, ScaledDotProductAttentionOptions* opt);
 
 struct CallSpec {
   std::string op;  // attention | cross | mha

@@ -89,6 +89,24 @@ StatusOr<inference::ModelInferRequest> BuildOipRequest(const CallSpec& s) {
   f32.dtype = wire::WireType::kFloat32;
   if (v.alibi_slopes) AddInput("alibi_slopes", *v.alibi_slopes, f32, &req);
   if (v.sink_logits) AddInput("sink_logits", *v.sink_logits, f32, &req);
+  for (const auto& [name, offsets] :
+       {std::pair{"cu_seqlens_q", &v.cu_seqlens_q}, std::pair{"cu_seqlens_k", &v.cu_seqlens_k}}) {
+    if (offsets->empty()) continue;
+    auto* in = req.add_inputs();
+    in->set_name(name);
+    in->set_datatype("INT64");
+    in->add_shape(static_cast<int64_t>(offsets->size()));
+    if (s.encoding == Encoding::kValues) {
+      in->mutable_contents()->mutable_int64_contents()->Add(offsets->begin(), offsets->end());
+    } else {  // raw: little-endian int64, as every raw input
+      std::string* raw = req.add_raw_input_contents();
+      raw->resize(offsets->size() * 8);
+      for (size_t e = 0; e < offsets->size(); ++e) {
+        const auto u = static_cast<uint64_t>((*offsets)[e]);
+        for (int b = 0; b < 8; ++b) (*raw)[e * 8 + b] = static_cast<char>((u >> (8 * b)) & 0xff);
+      }
+    }
+  }
   if (v.num_kv_heads != 0) {
     return Status::InvalidArgument(
         "--num-kv-heads: OIP models carry their heads; grouped-query SDPA reads them from the "

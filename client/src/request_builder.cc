@@ -80,6 +80,12 @@ std::string AttentionCall::method() const {
 StatusOr<AttentionCall> BuildCall(const CallSpec& s) {
   AttentionCall call;
   call.op = s.op;
+  if (s.op != "attention" &&
+      (!s.variants.cu_seqlens_q.empty() || !s.variants.cu_seqlens_k.empty())) {
+    return Status::InvalidArgument(
+        "--cu-seqlens-q/--cu-seqlens-k: packed batches are the attention command's (SDPA), not " +
+        s.op + "'s");
+  }
   if (s.oip) {
     auto req = BuildOipRequest(s);
     if (!req.ok()) return req.status();
@@ -106,6 +112,10 @@ StatusOr<AttentionCall> BuildCall(const CallSpec& s) {
     SetShared(s, &call.attention);
     SetOptions(s, &call.attention);
     if (s.scale) call.attention.set_scale(*s.scale);
+    call.attention.mutable_cu_seqlens_q()->Add(s.variants.cu_seqlens_q.begin(),
+                                               s.variants.cu_seqlens_q.end());
+    call.attention.mutable_cu_seqlens_k()->Add(s.variants.cu_seqlens_k.begin(),
+                                               s.variants.cu_seqlens_k.end());
     return call;
   }
   if (s.op != "mha") return Status::InvalidArgument("op: expected attention, cross or mha");

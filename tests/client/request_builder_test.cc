@@ -197,5 +197,55 @@ TEST(RequestBuilder, VariantsTravelAlikeOverBothProtocols) {
   }
 }
 
+// A packed batch travels as the request's cu_seqlens over attention.v1 and
+// as INT64 inputs over OIP, in both encodings, with the same bits back; the
+// other ops refuse the offsets before sending.
+TEST(RequestBuilder, PackedBatchTravelsAlikeOverBothProtocols) {
+  auto server = attn_test::StartTestServer();
+  ASSERT_NE(server, nullptr);
+  client::AttentionClient c(client::Connect(attn_test::Target(*server)));
+  std::mt19937 rng(6);
+  for (const client::Encoding enc : {client::Encoding::kData, client::Encoding::kValues}) {
+    CallSpec spec;
+    spec.op = "attention";
+    spec.encoding = enc;
+    spec.causal = true;
+    spec.query = client::RandomArray({7, 4, 8}, rng);
+    spec.key = client::RandomArray({10, 2, 8}, rng);
+    spec.value = client::RandomArray({10, 2, 8}, rng);
+    spec.variants.cu_seqlens_q = {0, 3, 3, 7};
+    spec.variants.cu_seqlens_k = {0, 5, 6, 10};
+    spec.variants.bottom_right = true;
+    spec.variants.return_lse = true;
+    auto call = BuildCall(spec);
+    ASSERT_TRUE(call.ok()) << call.status().ToString();
+    EXPECT_EQ(call->attention.cu_seqlens_k_size(), 4);
+    attention::v1::AttentionResponse native, oip;
+    grpc::Status st = c.Call(*call, &native);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    spec.oip = true;
+    call = BuildCall(spec);
+    ASSERT_TRUE(call.ok()) << call.status().ToString();
+    st = c.Call(*call, &oip);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    for (auto [a, b] :
+         {std::pair{&native.output(), &oip.output()}, std::pair{&native.lse(), &oip.lse()}}) {
+      auto x = client::FromWire(*a, "native"), y = client::FromWire(*b, "oip");
+      ASSERT_TRUE(x.ok() && y.ok()) << x.status().ToString() << y.status().ToString();
+      EXPECT_EQ(x->shape, y->shape);
+      EXPECT_EQ(x->values, y->values);
+    }
+    auto lse = client::FromWire(native.lse(), "lse");
+    ASSERT_TRUE(lse.ok());
+    EXPECT_EQ(lse->shape, (Shape{4, 7}));
+    spec.oip = false;
+    spec.op = "mha";
+    auto refused = BuildCall(spec);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().message().find("packed batches are the attention command's"),
+              std::string::npos);
+  }
+}
+
 }  // namespace
 }  // namespace attn

@@ -125,6 +125,18 @@ int main(int argc, char** argv) {
     o->set_compute_precision(attention::v1::PRECISION_BFLOAT16);
     Write("sdpa_variants_gqa", 0, r);
   }
+  {  // a packed batch (cu_seqlens): three sequences, one of them empty, GQA
+    AttentionRequest r;
+    *r.mutable_query() = T({5, 4, 4});
+    *r.mutable_key() = T({7, 2, 4});
+    *r.mutable_value() = T({7, 2, 3});
+    for (int64_t x : {0, 2, 2, 5}) r.add_cu_seqlens_q(x);
+    for (int64_t x : {0, 3, 4, 7}) r.add_cu_seqlens_k(x);
+    r.set_causal(true);
+    r.mutable_options()->set_causal_alignment(attention::v1::CAUSAL_ALIGNMENT_BOTTOM_RIGHT);
+    r.mutable_options()->set_return_lse(true);
+    Write("sdpa_packed_varlen", 0, r);
+  }
   {  // inline projections; the demo single-head model
     AttentionRequest r;
     *r.mutable_query() = T({1, 4, 6});

@@ -142,6 +142,7 @@ void DescribeVariants(const BenchConfig& c, std::ostringstream& d) {
   if (v.sink_logits) d << " sinks";
   if (v.num_kv_heads > 0 && c.op == "attention") d << " kv_heads=" << v.num_kv_heads;
   if (!v.compute_precision.empty()) d << " precision=" << v.compute_precision;
+  if (!v.cu_seqlens_q.empty()) d << " packed=" << v.cu_seqlens_q.size() - 1 << "seqs";
 }
 
 double LinearFlops(int64_t rows, int64_t in, int64_t out) {
@@ -157,6 +158,22 @@ double RemoteModelFlops(const BenchConfig& c, int64_t e, int64_t kdim, int64_t v
                            static_cast<double>(c.seq_k) * static_cast<double>(2 * e);
   return LinearFlops(rq, e, e) + LinearFlops(rk, kdim, e) + LinearFlops(rk, vdim, e) +
          (out_projection ? LinearFlops(rq, e, e) : 0.0) + attention;
+}
+
+// The shapes of bench --op attention's SDPA: [B, H, L, D] (or [B, L, D] with
+// one head), or a packed batch's [total, H, D]; `v` loses --num-kv-heads
+// (K/V heads here, not a field) and gains cu_seqlens_k (default: the
+// query's). True when the key and value are their own tensors, not the query.
+bool SdpaShapes(const BenchConfig& c, AttentionVariants* v, Shape* qs, Shape* ks) {
+  const int64_t kv_heads = v->num_kv_heads > 0 ? v->num_kv_heads : c.heads;
+  *qs = {c.batch, c.heads, c.seq_q, c.dim}, *ks = {c.batch, kv_heads, c.seq_k, c.dim};
+  if (c.heads == 1 && kv_heads == 1) qs->erase(qs->begin() + 1), ks->erase(ks->begin() + 1);
+  v->num_kv_heads = 0;
+  const auto& cu_q = v->cu_seqlens_q;
+  if (v->cu_seqlens_k.empty()) v->cu_seqlens_k = cu_q;
+  if (!cu_q.empty())
+    *qs = {cu_q.back(), c.heads, c.dim}, *ks = {v->cu_seqlens_k.back(), kv_heads, c.dim};
+  return c.seq_k != c.seq_q || kv_heads != c.heads || v->cu_seqlens_k != cu_q;
 }
 
 StatusOr<Workload> BuildWorkload(const BenchConfig& config, AttentionClient& client) {
@@ -194,7 +211,6 @@ StatusOr<Workload> BuildWorkload(const BenchConfig& config, AttentionClient& cli
     }
     for (HostArray& p : spec.projections) RoundToWireType(&p, spec.dtype);
   };
-  const bool self = c.seq_k == c.seq_q;
   std::vector<uint8_t> mask_bytes;  // the padding mask, for the local computation
   std::ostringstream d;
   d << c.op << (c.model.empty() ? " inline" : " " + c.model);
@@ -202,14 +218,12 @@ StatusOr<Workload> BuildWorkload(const BenchConfig& config, AttentionClient& cli
   StatusOr<AttentionResult> local = Status::Internal("unset");
   if (c.op == "attention" && c.model.empty()) {
     // SDPA on [B, H, L, D] (or [B, L, D] with one head).
-    const int64_t kv_heads = c.variants.num_kv_heads > 0 ? c.variants.num_kv_heads : c.heads;
-    Shape qs = {c.batch, c.heads, c.seq_q, c.dim}, ks = {c.batch, kv_heads, c.seq_k, c.dim};
-    if (c.heads == 1 && kv_heads == 1) qs.erase(qs.begin() + 1), ks.erase(ks.begin() + 1);
-    spec.variants.num_kv_heads = 0;  // --num-kv-heads: K/V heads here, not a field
+    Shape qs, ks;
+    const bool own_kv = SdpaShapes(c, &spec.variants, &qs, &ks);
     spec.query = data ? data->query : RandomArray(qs, rng);
     if (data && data->key) {
       spec.key = data->key, spec.value = data->value ? *data->value : *data->key;
-    } else if (!self || kv_heads != c.heads) {
+    } else if (own_kv) {
       spec.key = RandomArray(ks, rng), spec.value = RandomArray(ks, rng);
     }
     qs = spec.query.shape;
@@ -217,7 +231,7 @@ StatusOr<Workload> BuildWorkload(const BenchConfig& config, AttentionClient& cli
     const HostArray& k = spec.key ? *spec.key : spec.query;
     const HostArray& v = spec.value ? *spec.value : k;
     ScaledDotProductAttentionOptions opt;
-    ApplyVariants(spec.variants, &opt.masks, &opt.score);
+    ApplyVariants(spec.variants, &opt);
     opt.masks.causal = c.causal;
     opt.masks.key_padding_mask = Padding(c, k.shape, &spec, &mask_bytes);
     cost = EstimateScaledDotProductAttention(View(spec.query), View(k), View(v), opt);
@@ -254,7 +268,7 @@ StatusOr<Workload> BuildWorkload(const BenchConfig& config, AttentionClient& cli
     }
     if (c.verify) local = MultiHeadAttention(weights->views, View(q), View(k), View(v), opt);
     d << " query" << ShapeToString(q.shape);
-    if (!self || c.op == "cross") d << " key" << ShapeToString(k.shape);
+    if (c.seq_k != c.seq_q || c.op == "cross") d << " key" << ShapeToString(k.shape);
     if (c.op == "mha") d << " heads=" << weights->heads;
   }
   if (!cost.ok()) return Status::InvalidArgument("workload: " + cost.status().message());

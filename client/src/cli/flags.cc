@@ -92,6 +92,8 @@ const std::vector<FlagSpec>& FlagTable() {
     {"--return-lse", nullptr, "attention cross mha bench", "also return (print or write) the log-sum-exp of every row"},
     {"--lse-output", "FILE.npy", "attention cross mha", "write the lse instead of printing it"},
     {"--compute-precision", "float32|bfloat16", "attention cross mha bench", "the matmuls' arithmetic the call permits (default: the server's)"},
+    {"--cu-seqlens-q", "0,N,...", "attention bench", "a packed batch: offsets of each sequence's queries (B + 1, rising from 0 to total_q); query [total_q, H, D]"},
+    {"--cu-seqlens-k", "0,N,...", "attention bench", "a packed batch: offsets of each sequence's keys (B + 1, from 0 to total_k); key/value [total_k, Hkv, D]"},
     {"--num-kv-heads", "N", "mha bench", "kv heads: mha's field (grouped-query projections); bench --op attention: the key's and value's heads"},
     // A load.
     {"--op", "attention|cross|mha|health", "bench", "what to call (default mha)"},

@@ -1,5 +1,6 @@
 #include "cli/variant_flags.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -43,6 +44,25 @@ StatusOr<AttentionVariants> VariantsFromFlags(const CommandLine& cl) {
     auto p = cl.Choice("--compute-precision", {"float32", "bfloat16"}, "float32");
     if (!p.ok()) return p.status();
     v.compute_precision = *p;
+  }
+  for (const auto& [flag, dst] : {std::pair{"--cu-seqlens-q", &v.cu_seqlens_q},
+                                  std::pair{"--cu-seqlens-k", &v.cu_seqlens_k}}) {
+    if (!cl.has(flag)) continue;
+    // A comma list of offsets, "0,128,640": checked by the server.
+    const std::string list = cl.get(flag);
+    size_t at = 0;
+    while (at <= list.size()) {
+      const size_t comma = std::min(list.find(',', at), list.size());
+      const std::string item = list.substr(at, comma - at);
+      char* end = nullptr;
+      const long long x = std::strtoll(item.c_str(), &end, 10);
+      if (item.empty() || *end != '\0') {
+        return Status::InvalidArgument(std::string(flag) +
+                                       ": expected comma-separated integers, got '" + list + "'");
+      }
+      dst->push_back(x);
+      at = comma + 1;
+    }
   }
   auto kv = cl.Int("--num-kv-heads", 0, 1 << 20, 0);
   if (!kv.ok()) return kv.status();

@@ -110,6 +110,31 @@ TEST(BenchRun, ShortLoopbackRunGivesACompleteJsonReport) {
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 3) << csv;  // header + 2 levels
 }
 
+// bench --op attention with a packed batch (--cu-seqlens-q/-k) and GQA
+// heads, over both protocols: every call OK, --verify finds no mismatch.
+TEST(BenchRun, PackedBatchOverBothProtocolsVerifies) {
+  auto s = attn_test::StartTestServer();
+  ASSERT_NE(s, nullptr);
+  for (const char* protocol : {"native", "oip"}) {
+    SCOPED_TRACE(protocol);
+    auto c = Parse({"--target", attn_test::Target(*s), "--op", "attention", "--protocol", protocol,
+                    "--num-heads", "4", "--num-kv-heads", "2", "--dim", "16", "--cu-seqlens-q",
+                    "0,30,30,95", "--cu-seqlens-k", "0,40,41,120", "--causal", "--causal-alignment",
+                    "bottom_right", "--requests", "6", "--verify", "--no-progress"});
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    std::atomic<bool> interrupt{false};
+    auto report = client::RunBench(*c, &interrupt);
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    ASSERT_EQ(report->levels.size(), 1u);
+    const auto& l = report->levels[0];
+    EXPECT_EQ(l.ok, 6) << l.first_error;
+    EXPECT_GT(l.verified, 0);
+    EXPECT_EQ(l.mismatches, 0);
+    EXPECT_NE(report->workload.find("query[95, 4, 16]"), std::string::npos) << report->workload;
+    EXPECT_NE(report->workload.find("packed=3seqs"), std::string::npos) << report->workload;
+  }
+}
+
 TEST(BenchRun, UnreachableTargetIsASetUpError) {
   client::BenchConfig c;
   c.target = "127.0.0.1:1";
