@@ -133,7 +133,8 @@ bool PackedInProjection(const ProjectionWeights& w) {
 struct MhaPlan {
   internal::AttentionProblem p;
   bool unbatched = false;
-  int64_t e = 0, ev = 0, eo = 0;
+  int64_t e = 0, ev = 0, eo = 0;  // q's width, the attended rows' width, the output's
+  int64_t ek = 0, evp = 0;        // k's and v's projected widths (GQA: Hkv heads)
   AttentionCost cost;
 };
 
@@ -159,27 +160,44 @@ StatusOr<MhaPlan> PlanMha(const ProjectionWeights& w, const TensorView& query,
   ATTN_RETURN_IF_ERROR(check_in(query, "query", w.q, "q"));
   ATTN_RETURN_IF_ERROR(check_in(key, "key", w.k, "k"));
   ATTN_RETURN_IF_ERROR(check_in(value, "value", w.v, "v"));
-  const int64_t e = w.q.weight.shape[0], ev = w.v.weight.shape[0];
-  if (w.k.weight.shape[0] != e) {
-    return Status::InvalidArgument("k_weight: out_features must equal q_weight's (" +
-                                   std::to_string(e) + "), got " +
-                                   std::to_string(w.k.weight.shape[0]));
-  }
-  if (w.out.has_value() && w.out->weight.shape[1] != ev) {
-    return Status::InvalidArgument("out_weight: in_features must equal v_weight's out_features (" +
-                                   std::to_string(ev) + "), got " +
-                                   std::to_string(w.out->weight.shape[1]));
-  }
   const int64_t h = opt.num_heads;
   if (h < 1) {
     return Status::InvalidArgument("num_heads: must be positive, got " + std::to_string(h));
   }
-  if (e % h != 0 || ev % h != 0) {
+  const int64_t hkv = opt.num_kv_heads == 0 ? h : opt.num_kv_heads;
+  if (hkv < 1 || h % hkv != 0) {
+    return Status::InvalidArgument("num_kv_heads: must be positive and divide num_heads (" +
+                                   std::to_string(h) + "), got " + std::to_string(hkv));
+  }
+  // Grouped-query projections: k and v have Hkv heads of the q and v head
+  // widths; the attended rows (out's input) have H of them.
+  const int64_t e = w.q.weight.shape[0], ek = w.k.weight.shape[0], evp = w.v.weight.shape[0];
+  if (hkv == h && (e % h != 0 || evp % h != 0)) {
     return Status::InvalidArgument("num_heads: must divide the projection widths (q " +
-                                   std::to_string(e) + ", v " + std::to_string(ev) + "), got " +
+                                   std::to_string(e) + ", v " + std::to_string(evp) + "), got " +
                                    std::to_string(h));
   }
-  const int64_t dh = e / h, dvh = ev / h;
+  if (e % h != 0 || evp % hkv != 0) {
+    return Status::InvalidArgument(
+        std::string(e % h != 0 ? "num_heads" : "num_kv_heads") +
+        ": must divide the projection widths (q " + std::to_string(e) + " by num_heads, v " +
+        std::to_string(evp) + " by num_kv_heads), got " + std::to_string(e % h != 0 ? h : hkv));
+  }
+  const int64_t dh = e / h, dvh = evp / hkv, ev = h * dvh;
+  if (ek != hkv * dh) {
+    return Status::InvalidArgument(
+        hkv == h ? "k_weight: out_features must equal q_weight's (" + std::to_string(e) +
+                       "), got " + std::to_string(ek)
+                 : "k_weight: out_features must be num_kv_heads * head_dim (" +
+                       std::to_string(hkv) + " * " + std::to_string(dh) + " = " +
+                       std::to_string(hkv * dh) + "), got " + std::to_string(ek));
+  }
+  if (w.out.has_value() && w.out->weight.shape[1] != ev) {
+    return Status::InvalidArgument(
+        std::string("out_weight: in_features must equal ") +
+        (hkv == h ? "v_weight's out_features (" : "num_heads * value head width (") +
+        std::to_string(ev) + "), got " + std::to_string(w.out->weight.shape[1]));
+  }
   auto scale = internal::ResolveScale(opt.scale, dh);
   if (!scale.ok()) return scale.status();
 
@@ -187,6 +205,7 @@ StatusOr<MhaPlan> PlanMha(const ProjectionWeights& w, const TensorView& query,
   const int64_t lq = query.dim(-2), lk = key.dim(-2);
   internal::AttentionProblem p;
   p.batch = batch, p.heads = h, p.lq = lq, p.lk = lk, p.d = dh, p.dv = dvh;
+  p.kv_group = h / hkv;
   p.scale = *scale;
   p.threads = opt.num_threads > 0 ? opt.num_threads : ComputeThreads();
   ATTN_RETURN_IF_ERROR(internal::ResolveMasks(opt.masks, unbatched, &p));
@@ -197,7 +216,7 @@ StatusOr<MhaPlan> PlanMha(const ProjectionWeights& w, const TensorView& query,
   // and these allocations were a visible share of its cost.)
   static const std::string kBuffers = "attention buffers";
   const int64_t buffers[4][4] = {{batch, lq, 3 * std::max(e, ev), 1},
-                                 {batch, lk, e + ev, 1},
+                                 {batch, lk, ek + evp, 1},
                                  {batch, lq, eo, 1},
                                  {batch, h, lq, lk}};
   Shape s;
@@ -211,22 +230,23 @@ StatusOr<MhaPlan> PlanMha(const ProjectionWeights& w, const TensorView& query,
   MhaPlan plan;
   plan.p = p;
   plan.unbatched = unbatched;
-  plan.e = e, plan.ev = ev, plan.eo = eo;
+  plan.e = e, plan.ev = ev, plan.eo = eo, plan.ek = ek, plan.evp = evp;
   const double b = static_cast<double>(batch), hq = static_cast<double>(h),
                dq = static_cast<double>(lq), dk = static_cast<double>(lk),
                de = static_cast<double>(e), dev = static_cast<double>(ev);
   const double weights_elems = opt.need_weights ? b * hq * dq * dk : 0.0;
   plan.cost.work = b * hq * dq * dk * static_cast<double>(dh);
-  plan.cost.flops =
-      2.0 * b *
-          (dq * static_cast<double>(query.dim(-1)) * de +
-           dk * (static_cast<double>(key.dim(-1)) * de + static_cast<double>(value.dim(-1)) * dev) +
-           (w.out ? dq * dev * static_cast<double>(eo) : 0.0)) +
-      2.0 * plan.cost.work + 2.0 * b * hq * dq * dk * static_cast<double>(dvh);
+  plan.cost.flops = 2.0 * b *
+                        (dq * static_cast<double>(query.dim(-1)) * de +
+                         dk * (static_cast<double>(key.dim(-1)) * static_cast<double>(ek) +
+                               static_cast<double>(value.dim(-1)) * static_cast<double>(evp)) +
+                         (w.out ? dq * dev * static_cast<double>(eo) : 0.0)) +
+                    2.0 * plan.cost.work + 2.0 * b * hq * dq * dk * static_cast<double>(dvh);
   plan.cost.result_bytes = 4.0 * (b * dq * static_cast<double>(eo) +
                                   (opt.average_weights ? weights_elems / hq : weights_elems) +
                                   (opt.score.return_lse ? b * hq * dq : 0.0));
-  plan.cost.scratch_bytes = 4.0 * (b * dq * (de + dev) + b * dk * (de + dev) + weights_elems);
+  plan.cost.scratch_bytes =
+      4.0 * (b * dq * (de + dev) + b * dk * static_cast<double>(ek + evp) + weights_elems);
   return plan;
 }
 
@@ -238,13 +258,15 @@ StatusOr<AttentionResult> Mha(const ProjectionWeights& w, const TensorView& quer
   internal::AttentionProblem p = planned->p;
   const bool unbatched = planned->unbatched;
   const int64_t e = planned->e, ev = planned->ev, eo = planned->eo;
+  const int64_t ek = planned->ek, evp = planned->evp;
   const int64_t batch = p.batch, h = p.heads, lq = p.lq, lk = p.lk, dh = p.d, dvh = p.dv;
 
   // Projections.
   Tensor q_storage, k_storage, v_storage, projected_qkv, projected_q, projected_k, projected_v;
   int64_t ldq_in = 0, ldk_in = 0, ldv_in = 0;
   const float* xq = AsRows(query, &ldq_in, &q_storage);
-  if (SameView(query, key) && SameView(query, value) && ev == e && PackedInProjection(w)) {
+  if (SameView(query, key) && SameView(query, value) && ev == e && ek == e && evp == e &&
+      PackedInProjection(w)) {
     // Self-attention with a packed in_proj_weight: one [B*L, 3E] matmul.
     projected_qkv = Tensor::Uninitialized({batch * lq, 3 * e});
     LinearWeight fused = WeightOf(w.q);
@@ -262,8 +284,8 @@ StatusOr<AttentionResult> Mha(const ProjectionWeights& w, const TensorView& quer
     const float* xk = AsRows(key, &ldk_in, &k_storage);
     const float* xv = AsRows(value, &ldv_in, &v_storage);
     projected_q = Tensor::Uninitialized({batch * lq, e});
-    projected_k = Tensor::Uninitialized({batch * lk, e});
-    projected_v = Tensor::Uninitialized({batch * lk, ev});
+    projected_k = Tensor::Uninitialized({batch * lk, ek});
+    projected_v = Tensor::Uninitialized({batch * lk, evp});
     auto project = [&p](const float* x, int64_t m, int64_t in, int64_t ldx, const LinearView& lin,
                         Tensor* y) {
       RunLinear(x, m, in, ldx, WeightOf(lin), lin.weight.shape[0],
@@ -274,8 +296,8 @@ StatusOr<AttentionResult> Mha(const ProjectionWeights& w, const TensorView& quer
     project(xk, batch * lk, key.dim(-1), ldk_in, w.k, &projected_k);
     project(xv, batch * lk, value.dim(-1), ldv_in, w.v, &projected_v);
     p.q = {projected_q.data.data(), {lq * e, dh, e, 1}};
-    p.k = {projected_k.data.data(), {lk * e, dh, e, 1}};
-    p.v = {projected_v.data.data(), {lk * ev, dvh, ev, 1}};
+    p.k = {projected_k.data.data(), {lk * ek, dh, ek, 1}};
+    p.v = {projected_v.data.data(), {lk * evp, dvh, evp, 1}};
   }
 
   // Attention, written as [B, Lq, H, Dvh] = [B * Lq, Ev]: without an output

@@ -133,6 +133,11 @@ struct ProjectionWeights {
 
 struct MultiHeadAttentionOptions {
   int64_t num_heads = 1;
+  // Grouped-query projections (a Llama-style layer without rotary
+  // embeddings): k and v weights are [Hkv * Dh, kdim] and [Hkv * Dvh, vdim],
+  // query head h reads kv head h / (H / Hkv); out takes [H * Dvh]. 0 means
+  // num_heads. Must divide num_heads.
+  int64_t num_kv_heads = 0;
   AttentionMasks masks;
   // As for SDPA, per head; the lse is [B, H, Lq] ([H, Lq] unbatched).
   AttentionScoreOptions score;

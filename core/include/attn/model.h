@@ -28,6 +28,7 @@ struct ModelInfo {
   ModelKind kind = ModelKind::kAttention;
   int64_t embed_dim = 0;  // width of the query input
   int64_t num_heads = 1;
+  int64_t num_kv_heads = 1;  // = num_heads unless the k/v projections are grouped (GQA)
   int64_t kdim = 0;  // width of the key input
   int64_t vdim = 0;  // width of the value input
   bool has_bias = false;
@@ -44,10 +45,14 @@ class AttentionModel {
   //    optional out_linear.*.
   // Unknown or missing tensors and inconsistent shapes are refused; messages
   // name `name` and the tensor.
+  // num_kv_heads (0: num_heads) groups the key and value projections:
+  // q/k/v_proj_weight layouts only, k and v with num_kv_heads * head_dim rows.
   static StatusOr<AttentionModel> FromTensors(std::string name, ModelKind kind, int64_t num_heads,
-                                              std::map<std::string, Tensor> tensors);
+                                              std::map<std::string, Tensor> tensors,
+                                              int64_t num_kv_heads = 0);
   // Reads `path`; the model is named after the file stem. Metadata `kind`
-  // is required; `num_heads` is required for multi_head_attention.
+  // is required; `num_heads` is required for multi_head_attention;
+  // `num_kv_heads` is optional (grouped-query projections).
   static StatusOr<AttentionModel> LoadSafetensors(const std::string& path);
 
   AttentionModel(AttentionModel&&) = default;

@@ -101,7 +101,7 @@ class Builder {
 
 // nn.MultiheadAttention: in_proj_weight [3E, E] or q/k/v_proj_weight,
 // in_proj_bias [3E], out_proj.weight/bias.
-StatusOr<ProjectionWeights> TorchMultiheadAttention(Builder& b) {
+StatusOr<ProjectionWeights> TorchMultiheadAttention(Builder& b, bool grouped) {
   ProjectionWeights w;
   int64_t e = 0;
   if (const Tensor* in_proj = b.Find("in_proj_weight")) {
@@ -122,24 +122,30 @@ StatusOr<ProjectionWeights> TorchMultiheadAttention(Builder& b) {
     ATTN_RETURN_IF_ERROR(b.CheckRank("q_proj_weight", *q, 2));
     ATTN_RETURN_IF_ERROR(b.CheckRank("k_proj_weight", *k, 2));
     ATTN_RETURN_IF_ERROR(b.CheckRank("v_proj_weight", *v, 2));
+    // Grouped-query heads: k and v may have fewer rows than q (FromTensors
+    // checks them against num_kv_heads).
     e = q->shape[0];
     for (const auto& [key, t] : {std::pair{"k_proj_weight", k}, std::pair{"v_proj_weight", v}}) {
-      if (t->shape[0] != e) {
+      if (!grouped && t->shape[0] != e) {
         return Status::InvalidArgument(b.Prefix() + "tensor '" + key + "' must have " +
                                        std::to_string(e) + " rows (embed_dim), got shape " +
-                                       ShapeToString(t->shape));
+                                       ShapeToString(t->shape) +
+                                       " (fewer kv heads: set num_kv_heads)");
       }
     }
     w.q.weight = q->view(), w.k.weight = k->view(), w.v.weight = v->view();
   }
   if (const Tensor* bias = b.Find("in_proj_bias")) {
     ATTN_RETURN_IF_ERROR(b.CheckRank("in_proj_bias", *bias, 1));
-    if (bias->shape[0] != 3 * e) {
+    // q's, k's and v's biases in a row; k and v may be narrower (GQA).
+    const int64_t ek = w.k.weight.shape[0], ev = w.v.weight.shape[0];
+    if (bias->shape[0] != e + ek + ev) {
       return Status::InvalidArgument(b.Prefix() + "tensor 'in_proj_bias' must have shape [" +
-                                     std::to_string(3 * e) + "], got " +
+                                     std::to_string(e + ek + ev) + "], got " +
                                      ShapeToString(bias->shape));
     }
-    w.q.bias = Rows(*bias, 0, e), w.k.bias = Rows(*bias, e, e), w.v.bias = Rows(*bias, 2 * e, e);
+    w.q.bias = Rows(*bias, 0, e), w.k.bias = Rows(*bias, e, ek);
+    w.v.bias = Rows(*bias, e + ek, ev);
   }
   ATTN_ASSIGN_OR_RETURN(out, b.Linear("out_proj."));
   w.out = out;
@@ -232,14 +238,16 @@ StatusOr<ModelKind> ParseModelKind(const std::string& name) {
 
 StatusOr<AttentionModel> AttentionModel::FromTensors(std::string name, ModelKind kind,
                                                      int64_t num_heads,
-                                                     std::map<std::string, Tensor> tensors) {
+                                                     std::map<std::string, Tensor> tensors,
+                                                     int64_t num_kv_heads) {
   AttentionModel model;
   model.tensors_ = std::move(tensors);
   Builder b(name, &model.tensors_);
   StatusOr<ProjectionWeights> w = Status::Internal("unset");
+  const bool grouped = num_kv_heads != 0 && num_kv_heads != num_heads;
   if (kind == ModelKind::kMultiHeadAttention) {
     w = model.tensors_.count("q.weight") ? SeedModule(b, "q.", "k.", "v.", "out.", true)
-                                         : TorchMultiheadAttention(b);
+                                         : TorchMultiheadAttention(b, grouped);
   } else {
     w = SeedModule(b, "q_linear.", "k_linear.", "v_linear.", "out_linear.", false);
   }
@@ -248,26 +256,37 @@ StatusOr<AttentionModel> AttentionModel::FromTensors(std::string name, ModelKind
   const ProjectionWeights& p = *w;
 
   // The same shape rules the kernels apply, checked once at load time.
-  const int64_t e = p.q.weight.shape[0], ev = p.v.weight.shape[0];
+  // Grouped-query heads: k and v project to num_kv_heads heads.
+  const int64_t e = p.q.weight.shape[0], ek = p.k.weight.shape[0], evp = p.v.weight.shape[0];
   auto fail = [&](const std::string& what) { return Status::InvalidArgument(b.Prefix() + what); };
-  if (p.k.weight.shape[0] != e) {
-    return fail("key projection has " + std::to_string(p.k.weight.shape[0]) +
-                " outputs, query projection " + std::to_string(e));
+  const int64_t hkv = num_kv_heads == 0 ? num_heads : num_kv_heads;
+  if (num_heads < 1 || hkv < 1 || num_heads % hkv != 0) {
+    return fail("num_heads " + std::to_string(num_heads) + " and num_kv_heads " +
+                std::to_string(hkv) + " must be positive, num_kv_heads dividing num_heads");
+  }
+  if (e % num_heads != 0 || evp % hkv != 0) {
+    return fail("num_heads " + std::to_string(num_heads) +
+                (grouped ? " (num_kv_heads " + std::to_string(hkv) + ")" : std::string()) +
+                " must be positive and divide the projection widths (" + std::to_string(e) + ", " +
+                std::to_string(evp) + ")");
+  }
+  const int64_t dh = e / num_heads, ev = num_heads * (evp / hkv);
+  if (ek != hkv * dh) {
+    return fail("key projection has " + std::to_string(ek) + " outputs; expected " +
+                std::to_string(hkv * dh) + " (num_kv_heads " + std::to_string(hkv) +
+                " x head_dim " + std::to_string(dh) + " of the query projection's " +
+                std::to_string(e) + ")");
   }
   if (p.out.has_value() && p.out->weight.shape[1] != ev) {
     return fail("output projection takes " + std::to_string(p.out->weight.shape[1]) +
-                " inputs, value projection gives " + std::to_string(ev));
-  }
-  if (num_heads < 1 || e % num_heads != 0 || ev % num_heads != 0) {
-    return fail("num_heads " + std::to_string(num_heads) +
-                " must be positive and divide the projection widths (" + std::to_string(e) + ", " +
-                std::to_string(ev) + ")");
+                " inputs, the attended heads give " + std::to_string(ev));
   }
   model.projections_ = p;
   PackSmallWeights(&model.projections_, &model.packed_);
   model.info_.name = std::move(name);
   model.info_.kind = kind;
   model.info_.num_heads = num_heads;
+  model.info_.num_kv_heads = hkv;
   model.info_.embed_dim = p.q.weight.shape[1];
   model.info_.kdim = p.k.weight.shape[1];
   model.info_.vdim = p.v.weight.shape[1];
@@ -289,22 +308,25 @@ StatusOr<AttentionModel> AttentionModel::LoadSafetensors(const std::string& path
   auto kind = ParseModelKind(kind_it->second);
   if (!kind.ok())
     return Status::InvalidArgument(path + ": __metadata__ " + kind.status().message());
-  int64_t heads = 1;
-  auto heads_it = file->metadata.find("num_heads");
-  if (heads_it != file->metadata.end()) {
-    const std::string& s = heads_it->second;
+  int64_t heads = 1, kv_heads = 0;
+  for (const auto& [key, dst] :
+       {std::pair{"num_heads", &heads}, std::pair{"num_kv_heads", &kv_heads}}) {
+    auto it = file->metadata.find(key);
+    if (it == file->metadata.end()) continue;
+    const std::string& s = it->second;
     char* end = nullptr;
     const long long v = std::strtoll(s.c_str(), &end, 10);
     if (s.empty() || end != s.c_str() + s.size() || v < 1 || v > (1 << 20)) {
-      return Status::InvalidArgument(
-          path + ": __metadata__ num_heads must be a positive integer, got '" + s + "'");
+      return Status::InvalidArgument(path + ": __metadata__ " + key +
+                                     " must be a positive integer, got '" + s + "'");
     }
-    heads = v;
-  } else if (*kind == ModelKind::kMultiHeadAttention) {
+    *dst = v;
+  }
+  if (*kind == ModelKind::kMultiHeadAttention && file->metadata.count("num_heads") == 0) {
     return Status::InvalidArgument(
         path + ": __metadata__ has no 'num_heads' (required for multi_head_attention)");
   }
-  auto model = FromTensors(stem, *kind, heads, std::move(file->tensors));
+  auto model = FromTensors(stem, *kind, heads, std::move(file->tensors), kv_heads);
   if (!model.ok()) {
     return Status(model.status().code(), path + ": " + model.status().message());
   }
@@ -362,6 +384,23 @@ AttentionModel DemoMultiHead(const std::string& name, int64_t e, int64_t heads, 
       *AttentionModel::FromTensors(name, ModelKind::kMultiHeadAttention, heads, std::move(t)));
 }
 
+// A grouped-query layer (Llama-style, without rotary embeddings): separate
+// q/k/v_proj_weight, k and v with kv_heads heads of the query's head width.
+AttentionModel DemoGroupedQuery(const std::string& name, int64_t e, int64_t heads, int64_t kv_heads,
+                                uint64_t seed) {
+  DemoWeights gen(seed);
+  std::map<std::string, Tensor> t;
+  const double bound = 1.0 / std::sqrt(static_cast<double>(e));
+  const int64_t ekv = e / heads * kv_heads;
+  t.emplace("q_proj_weight", gen.Uniform({e, e}, bound));
+  t.emplace("k_proj_weight", gen.Uniform({ekv, e}, bound));
+  t.emplace("v_proj_weight", gen.Uniform({ekv, e}, bound));
+  t.emplace("in_proj_bias", gen.Uniform({e + 2 * ekv}, bound));
+  AddLinear(gen, t, "out_proj.", e, e);
+  return std::move(*AttentionModel::FromTensors(name, ModelKind::kMultiHeadAttention, heads,
+                                                std::move(t), kv_heads));
+}
+
 }  // namespace
 
 std::vector<AttentionModel> BuiltinDemoModels() {
@@ -370,6 +409,7 @@ std::vector<AttentionModel> BuiltinDemoModels() {
   models.push_back(DemoSingleHead("demo-cross-attention", ModelKind::kCrossAttention, 64, 2));
   models.push_back(DemoMultiHead("demo-mha", 512, 8, 3));
   models.push_back(DemoMultiHead("demo-mha-small", 64, 4, 4));
+  models.push_back(DemoGroupedQuery("demo-gqa", 256, 8, 2, 5));
   return models;
 }
 

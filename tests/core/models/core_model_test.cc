@@ -236,10 +236,12 @@ TEST(Model, InconsistentWeightSetsAreRefused) {
 
 TEST(Model, BuiltinDemoModelsAreDeterministicAndValid) {
   auto a = BuiltinDemoModels(), b = BuiltinDemoModels();
-  ASSERT_EQ(a.size(), 4u);
-  const char* names[] = {"demo-attention", "demo-cross-attention", "demo-mha", "demo-mha-small"};
+  ASSERT_EQ(a.size(), 5u);
+  const char* names[] = {"demo-attention", "demo-cross-attention", "demo-mha", "demo-mha-small",
+                         "demo-gqa"};
   const ModelKind kinds[] = {ModelKind::kAttention, ModelKind::kCrossAttention,
-                             ModelKind::kMultiHeadAttention, ModelKind::kMultiHeadAttention};
+                             ModelKind::kMultiHeadAttention, ModelKind::kMultiHeadAttention,
+                             ModelKind::kMultiHeadAttention};
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_EQ(a[i].info().name, names[i]);
     EXPECT_EQ(a[i].info().kind, kinds[i]);
@@ -250,6 +252,10 @@ TEST(Model, BuiltinDemoModelsAreDeterministicAndValid) {
   }
   EXPECT_EQ(a[2].info().embed_dim, 512);
   EXPECT_EQ(a[2].info().num_heads, 8);
+  EXPECT_EQ(a[2].info().num_kv_heads, 8);
+  EXPECT_EQ(a[4].info().num_heads, 8);  // demo-gqa: 8 query heads over 2 kv heads
+  EXPECT_EQ(a[4].info().num_kv_heads, 2);
+  EXPECT_EQ(a[4].projections().k.weight.shape, (Shape{64, 256}));
   // The first weight of demo-attention, pinned: SplitMix64(seed 1)'s first
   // output mapped to [-1/8, 1/8), computed independently in Python. A change
   // to the generator would silently change every demo model.
@@ -310,6 +316,7 @@ TEST(Model, SmallWeightsAreAlsoKeptTransposedOnTheAvx2TierOnly) {
     if (plain.out) plain.out->weight_t.reset();
     MultiHeadAttentionOptions opt;
     opt.num_heads = m.info().num_heads;
+    opt.num_kv_heads = m.info().num_kv_heads;
     opt.num_threads = 1;
     auto got = MultiHeadAttention(p, x.view(), x.view(), x.view(), opt);
     auto want = MultiHeadAttention(plain, x.view(), x.view(), x.view(), opt);
