@@ -27,6 +27,7 @@ Status WarmUp(const ModelRegistry& models, int threads) {
     std::vector<float> q(l * info.embed_dim, 0.1f), k(l * info.kdim, 0.1f), v(l * info.vdim, 0.1f);
     MultiHeadAttentionOptions opt;
     opt.num_heads = info.num_heads;
+    opt.num_kv_heads = info.num_kv_heads;
     opt.num_threads = threads;
     auto r =
         MultiHeadAttention(m->projections(), TensorView::Dense(q.data(), {1, l, info.embed_dim}),
@@ -185,8 +186,10 @@ StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerCo
   for (const AttentionModel* m : s->models_->All()) {
     const ModelInfo& i = m->info();
     LogMessage(spdlog::level::info,
-               fmt::format("model {}: kind={} embed_dim={} num_heads={} kdim={} vdim={}", i.name,
-                           ModelKindName(i.kind), i.embed_dim, i.num_heads, i.kdim, i.vdim));
+               fmt::format("model {}: kind={} embed_dim={} num_heads={} num_kv_heads={} kdim={} "
+                           "vdim={}",
+                           i.name, ModelKindName(i.kind), i.embed_dim, i.num_heads, i.num_kv_heads,
+                           i.kdim, i.vdim));
   }
   LogMessage(
       spdlog::level::info,

@@ -326,7 +326,10 @@ TEST_P(ServerTest, ListModelsDescribesEachModel) {
   ASSERT_TRUE(Demo().ListModels(&resp).ok());
   std::map<std::string, attention::v1::ModelInfo> by_name;
   for (const auto& m : resp.models()) by_name[m.name()] = m;
-  ASSERT_EQ(by_name.size(), 4u);
+  ASSERT_EQ(by_name.size(), 5u);
+  EXPECT_EQ(by_name["demo-gqa"].num_heads(), 8);
+  EXPECT_EQ(by_name["demo-gqa"].num_kv_heads(), 2);
+  EXPECT_EQ(by_name["demo-mha"].num_kv_heads(), 8);
   EXPECT_EQ(by_name["demo-mha"].kind(), "multi_head_attention");
   EXPECT_EQ(by_name["demo-mha"].embed_dim(), 512);
   EXPECT_EQ(by_name["demo-mha"].num_heads(), 8);
@@ -572,7 +575,7 @@ std::vector<BadCase> BadCases() {
        kInvalid, "model and projections: set one, not both"},
       {"unknown model", Attn([](AttentionRequest& r) { r.set_model("nope"); }),
        StatusCode::NOT_FOUND,
-       "model: no model named 'nope' (available: demo-attention, demo-cross-attention, demo-mha, "
+       "model: no model named 'nope' (available: demo-attention, demo-cross-attention, demo-gqa, demo-mha, "
        "demo-mha-small)"},
       {"multi-head model in Attention", Attn([](AttentionRequest& r) { r.set_model("demo-mha"); }),
        kInvalid,

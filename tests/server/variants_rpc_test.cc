@@ -14,6 +14,7 @@
 #include "attention/v1/attention.pb.h"
 #include "attention_client.h"
 #include "attn/attention.h"
+#include "attn/model.h"
 #include "host_array.h"
 #include "test_server.h"
 #include "variants_reference.h"
@@ -190,6 +191,84 @@ TEST_F(VariantsRpc, MultiHeadAndCrossAttentionPassTheOptionsToCore) {
   }
 }
 
+// MultiHeadAttention with grouped-query projections: inline k/v weights of
+// Hkv heads with num_kv_heads, and the demo-gqa model (ListModels says 2 kv
+// heads), each equal to core in process on the same weights; a num_kv_heads
+// that disagrees with the model, or does not fit the weights, is refused.
+TEST_F(VariantsRpc, MultiHeadAttentionWithGroupedKvHeads) {
+  std::mt19937 rng(8);
+  const int64_t e = 24, h = 6, hkv = 2, dh = e / h, lq = 5, lk = 7;
+  const client::HostArray wq = client::RandomArray({e, e}, rng, 0.3f);
+  const client::HostArray wk = client::RandomArray({hkv * dh, e}, rng, 0.3f);
+  const client::HostArray wv = client::RandomArray({hkv * dh, e}, rng, 0.3f);
+  const client::HostArray x = client::RandomArray({2, lq, e}, rng);
+  const client::HostArray mem = client::RandomArray({2, lk, e}, rng);
+  attention::v1::MultiHeadAttentionRequest req;
+  *req.mutable_query() = client::ToWire(x, wire::Encoding::kData);
+  *req.mutable_key() = client::ToWire(mem, wire::Encoding::kData);
+  *req.mutable_value() = client::ToWire(mem, wire::Encoding::kData);
+  req.set_num_heads(static_cast<int32_t>(h));
+  req.set_num_kv_heads(static_cast<int32_t>(hkv));
+  req.set_causal(true);
+  auto* p = req.mutable_projections();
+  *p->mutable_q_weight() = client::ToWire(wq, wire::Encoding::kData);
+  *p->mutable_k_weight() = client::ToWire(wk, wire::Encoding::kData);
+  *p->mutable_v_weight() = client::ToWire(wv, wire::Encoding::kData);
+  attention::v1::AttentionResponse resp;
+  grpc::Status st = client_->MultiHeadAttention(req, &resp);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  auto view = [](const client::HostArray& a) {
+    return TensorView::Dense(a.values.data(), a.shape);
+  };
+  MultiHeadAttentionOptions mo;
+  mo.num_heads = h, mo.num_kv_heads = hkv, mo.masks.causal = true;
+  ProjectionWeights pw{{view(wq)}, {view(wk)}, {view(wv)}, std::nullopt};
+  auto want = MultiHeadAttention(pw, view(x), view(mem), view(mem), mo);
+  ASSERT_TRUE(want.ok()) << want.status().ToString();
+  auto out = client::FromWire(resp.output(), "output");
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(out->shape, (Shape{2, lq, e}));
+  EXPECT_EQ(out->values, std::vector<float>(want->output.data.begin(), want->output.data.end()));
+  req.set_num_kv_heads(3);  // v's 8 rows are not 3 heads
+  st = client_->MultiHeadAttention(req, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("num_kv_heads: must divide the projection widths (q 24 by "
+                                    "num_heads, v 8 by num_kv_heads), got 3"),
+            std::string::npos)
+      << st.error_message();
+
+  // The demo-gqa model: 8 heads over 2 kv heads, E = 256.
+  attention::v1::ListModelsResponse models;
+  ASSERT_TRUE(client_->ListModels(&models).ok());
+  bool listed = false;
+  for (const auto& m : models.models()) {
+    if (m.name() == "demo-gqa") listed = m.num_heads() == 8 && m.num_kv_heads() == 2;
+    if (m.name() == "demo-mha-small") EXPECT_EQ(m.num_kv_heads(), m.num_heads());
+  }
+  EXPECT_TRUE(listed);
+  const client::HostArray y = client::RandomArray({1, 4, 256}, rng);
+  attention::v1::MultiHeadAttentionRequest mreq;
+  mreq.set_model("demo-gqa");
+  *mreq.mutable_query() = client::ToWire(y, wire::Encoding::kData);
+  ASSERT_TRUE(client_->MultiHeadAttention(mreq, &resp).ok());
+  const std::vector<AttentionModel> demo = BuiltinDemoModels();
+  const AttentionModel* gqa = nullptr;
+  for (const AttentionModel& m : demo) gqa = m.info().name == "demo-gqa" ? &m : gqa;
+  ASSERT_NE(gqa, nullptr);
+  MultiHeadAttentionOptions go;
+  go.num_heads = 8, go.num_kv_heads = 2;
+  auto local = MultiHeadAttention(gqa->projections(), view(y), view(y), view(y), go);
+  ASSERT_TRUE(local.ok()) << local.status().ToString();
+  out = client::FromWire(resp.output(), "output");
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(out->values, std::vector<float>(local->output.data.begin(), local->output.data.end()));
+  mreq.set_num_kv_heads(8);
+  st = client_->MultiHeadAttention(mreq, &resp);
+  EXPECT_NE(st.error_message().find("num_kv_heads: model 'demo-gqa' has 2 kv heads, got 8"),
+            std::string::npos)
+      << st.error_message();
+}
+
 // A packed batch (cu_seqlens) in both encodings: each sequence equals its
 // own float64 reference, the lse [H, total_q]; a model with packed inputs,
 // falling offsets and weights with packed inputs are refused by name.
@@ -299,10 +378,14 @@ TEST_F(VariantsRpc, BadOptionsAreInvalidArgumentNamingTheField) {
   attention::v1::MultiHeadAttentionRequest m;
   m.set_model("demo-mha-small");
   m.set_num_kv_heads(1);
+  std::mt19937 rng(2);
+  *m.mutable_query() = client::ToWire(client::RandomArray({1, 3, 64}, rng), wire::Encoding::kData);
   attention::v1::AttentionResponse resp;
   const grpc::Status st = client_->MultiHeadAttention(m, &resp);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(st.error_message().find("num_kv_heads"), std::string::npos) << st.error_message();
+  EXPECT_NE(st.error_message().find("num_kv_heads: model 'demo-mha-small' has 4 kv heads, got 1"),
+            std::string::npos)
+      << st.error_message();
 }
 
 }  // namespace

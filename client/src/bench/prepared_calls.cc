@@ -24,6 +24,7 @@ struct Weights {
   bool known = true;
   bool out_projection = false;  // a remote model's, for the count
   int64_t e = 0, kdim = 0, vdim = 0, heads = 1;
+  int64_t kv_heads = 0;              // mha: grouped-query k/v projections (0: heads)
   std::vector<AttentionModel> demo;  // owns a demo model's weights
 };
 
@@ -36,6 +37,7 @@ StatusOr<Weights> ResolveWeights(const BenchConfig& c, AttentionClient& client, 
     if (!info.ok()) return info.status();
     w.e = info->embed_dim(), w.kdim = info->kdim(), w.vdim = info->vdim();
     w.heads = info->num_heads();
+    w.kv_heads = info->num_kv_heads();
     w.out_projection = info->kind() == "multi_head_attention";
     w.demo = BuiltinDemoModels();
     for (const auto& m : w.demo) {
@@ -51,8 +53,13 @@ StatusOr<Weights> ResolveWeights(const BenchConfig& c, AttentionClient& client, 
   }
   if (c.op == "attention") return w;
   const float s = 1.0f / std::sqrt(static_cast<float>(w.e));
-  for (int i = 0; i < 4; ++i) spec->projections.push_back(RandomArray({w.e, w.e}, rng, s));
-  for (int i = 0; i < 4; ++i) spec->projections.push_back(RandomArray({w.e}, rng, s));
+  // --num-kv-heads: k and v project to that many heads of the query's width.
+  w.kv_heads = c.op == "mha" ? c.variants.num_kv_heads : 0;
+  const int64_t ekv =
+      w.kv_heads > 0 && w.heads > 0 && w.e % w.heads == 0 ? w.e / w.heads * w.kv_heads : w.e;
+  const int64_t rows[4] = {w.e, ekv, ekv, w.e};
+  for (int i = 0; i < 4; ++i) spec->projections.push_back(RandomArray({rows[i], w.e}, rng, s));
+  for (int i = 0; i < 4; ++i) spec->projections.push_back(RandomArray({rows[i]}, rng, s));
   const auto& p = spec->projections;
   w.views.q = {View(p[0]), View(p[4])};
   w.views.k = {View(p[1]), View(p[5])};
@@ -255,6 +262,7 @@ StatusOr<Workload> BuildWorkload(const BenchConfig& config, AttentionClient& cli
     spec.num_heads = c.op == "mha" && c.model.empty() ? weights->heads : 0;
     MultiHeadAttentionOptions opt;
     opt.num_heads = c.op == "mha" ? weights->heads : 1;
+    opt.num_kv_heads = c.op == "mha" ? weights->kv_heads : 0;
     ApplyVariants(spec.variants, &opt.masks, &opt.score);
     opt.masks.causal = c.causal;
     opt.masks.key_padding_mask = Padding(c, k.shape, &spec, &mask_bytes);
@@ -270,6 +278,8 @@ StatusOr<Workload> BuildWorkload(const BenchConfig& config, AttentionClient& cli
     d << " query" << ShapeToString(q.shape);
     if (c.seq_k != c.seq_q || c.op == "cross") d << " key" << ShapeToString(k.shape);
     if (c.op == "mha") d << " heads=" << weights->heads;
+    if (c.op == "mha" && weights->kv_heads > 0 && weights->kv_heads != weights->heads)
+      d << " kv_heads=" << weights->kv_heads;
   }
   if (!cost.ok()) return Status::InvalidArgument("workload: " + cost.status().message());
   w.flops = cost->flops;

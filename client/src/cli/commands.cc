@@ -174,12 +174,13 @@ int RunModels(const CommandLine& cl) {
   attention::v1::ListModelsResponse resp;
   auto st = s.client->ListModels(&resp, s.options.timeout());
   if (!st.ok()) return Fail("error: " + st.error_message(), 1);
-  std::printf("%-28s %-22s %9s %9s %6s %6s\n", "NAME", "KIND", "EMBED_DIM", "NUM_HEADS", "KDIM",
-              "VDIM");
+  std::printf("%-28s %-22s %9s %9s %12s %6s %6s\n", "NAME", "KIND", "EMBED_DIM", "NUM_HEADS",
+              "NUM_KV_HEADS", "KDIM", "VDIM");
   for (const auto& m : resp.models()) {
-    std::printf("%-28s %-22s %9lld %9lld %6lld %6lld\n", m.name().c_str(), m.kind().c_str(),
+    std::printf("%-28s %-22s %9lld %9lld %12lld %6lld %6lld\n", m.name().c_str(), m.kind().c_str(),
                 static_cast<long long>(m.embed_dim()), static_cast<long long>(m.num_heads()),
-                static_cast<long long>(m.kdim()), static_cast<long long>(m.vdim()));
+                static_cast<long long>(m.num_kv_heads()), static_cast<long long>(m.kdim()),
+                static_cast<long long>(m.vdim()));
   }
   return 0;
 }

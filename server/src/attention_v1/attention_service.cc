@@ -83,7 +83,7 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::ListModels(grpc::CallbackServerC
       out->set_kind(ModelKindName(info.kind));
       out->set_embed_dim(info.embed_dim);
       out->set_num_heads(info.num_heads);
-      out->set_num_kv_heads(info.num_heads);  // no grouped-query models yet
+      out->set_num_kv_heads(info.num_kv_heads);
       out->set_kdim(info.kdim);
       out->set_vdim(info.vdim);
     }

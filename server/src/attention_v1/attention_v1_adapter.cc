@@ -89,11 +89,7 @@ Status PrepareMultiHeadAttention(const attention::v1::MultiHeadAttentionRequest&
   NativeQueryKeyValue(req, *call, &c);
   c.num_heads = req.num_heads();
   c.per_head_weights = req.per_head_weights();
-  if (req.num_kv_heads() != 0 && req.num_kv_heads() != req.num_heads()) {
-    return Status::InvalidArgument(
-        "num_kv_heads: grouped-query projections are not served yet; expected 0 or num_heads (" +
-        std::to_string(req.num_heads()) + "), got " + std::to_string(req.num_kv_heads()));
-  }
+  c.num_kv_heads = req.num_kv_heads();
   ATTN_RETURN_IF_ERROR(NativeOptions(req.options(), *call, &c));
   return PrepareCall(c, models, limits, call);
 }

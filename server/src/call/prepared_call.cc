@@ -97,7 +97,8 @@ Status DecodeQueryKeyValue(const CallRequest& req, const RequestLimits& limits, 
 // Projections from a named model or from the request (never both): points
 // call->weights at them (null: none); `out` says what else the model fixes.
 struct ResolvedProjections {
-  int64_t num_heads = 0;  // the model's; 0 for inline weights
+  int64_t num_heads = 0;     // the model's; 0 for inline weights
+  int64_t num_kv_heads = 0;  // the model's; 0 for inline weights
 };
 
 Status ResolveProjections(const std::string& model, const Projections* inline_weights,
@@ -115,6 +116,7 @@ Status ResolveProjections(const std::string& model, const Projections* inline_we
     call->model = model;
     call->weights = &m->projections();
     out->num_heads = m->info().num_heads;
+    out->num_kv_heads = m->info().num_kv_heads;
     return Status::Ok();
   }
   if (inline_weights == nullptr) return Status::Ok();
@@ -255,12 +257,19 @@ Status PrepareCall(const CallRequest& req, const ModelRegistry& models, const Re
                                        std::to_string(req.num_heads) + " (leave it 0)");
       }
       opt.num_heads = proj.num_heads;
+      if (req.num_kv_heads != 0 && req.num_kv_heads != proj.num_kv_heads) {
+        return Status::InvalidArgument("num_kv_heads: model '" + req.model + "' has " +
+                                       std::to_string(proj.num_kv_heads) + " kv heads, got " +
+                                       std::to_string(req.num_kv_heads) + " (leave it 0)");
+      }
+      opt.num_kv_heads = proj.num_kv_heads;
     } else if (req.num_heads <= 0) {
       return Status::InvalidArgument(
           "num_heads: required (positive) with inline projections, got " +
           std::to_string(req.num_heads));
     } else {
       opt.num_heads = req.num_heads;
+      opt.num_kv_heads = req.num_kv_heads;  // core checks it divides num_heads
     }
     opt.masks = masks;
     opt.score = score;

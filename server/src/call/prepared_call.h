@@ -43,7 +43,8 @@ struct CallRequest {
   bool causal = false;
   std::optional<float> scale;
   bool return_weights = false, per_head_weights = false;
-  int64_t num_heads = 0;  // kMultiHeadAttention: 0 takes the model's
+  int64_t num_heads = 0;     // kMultiHeadAttention: 0 takes the model's
+  int64_t num_kv_heads = 0;  // kMultiHeadAttention: 0 takes the model's (or num_heads)
   // The attention variants (attention.v1's AttentionOptions, OIP's
   // parameters and inputs), as core takes them.
   CausalAlignment causal_alignment = CausalAlignment::kTopLeft;
