@@ -25,6 +25,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "attn/threading.h"
 #include "kernels/primitive_cache.h"
@@ -42,11 +43,15 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int64_t kBlockQ = 256;
 constexpr int64_t kBlockK = 512;
 constexpr int64_t kMinBlockQ = 32;
+// The key blocks of a band's edges (blocked_attention's RunOnline): small
+// enough that a causal diagonal wastes little, large enough for the matmul.
+constexpr int64_t kEdgeK = 64;
 
 // Per-thread buffers, grown on demand and reused across calls. Their size
 // depends on block sizes and head dims, never on sequence lengths.
 struct Workspace {
   FloatBuffer s, o, qp, kp, vp, m, l, alpha;
+  std::vector<int64_t> range;  // each row's key range [lo, hi)
 
   static float* Ensure(FloatBuffer& buf, int64_t n) {
     if (static_cast<int64_t>(buf.size()) < n) buf.resize(static_cast<size_t>(n));
@@ -208,48 +213,74 @@ class BlockedAttention {
   }
 
   // The online path: walk key blocks, keep a running max and sum per row.
+  //
+  // The keys the block's rows see form a band: both ends of a row's range
+  // rise with the row. The middle of the band, seen by every row, is walked
+  // in blocks of kBlockK; its two edges (a causal diagonal, a window's left
+  // end), which only some rows see, in blocks of kEdgeK, each multiplied
+  // for just the rows that see any of its keys. So a causal diagonal costs
+  // about a sixth more than its triangle instead of twice it.
   Status RunOnline(const Block& blk, const float* q, float* out, Workspace& ws,
                    const std::atomic<bool>* cancelled) const {
     const int64_t qn = blk.qn, q0 = blk.q0, d = p_.d, dv = p_.dv;
-    // The keys any row of the block sees: both ends of a row's range rise
-    // with the row, so the block's range runs from its first row's start to
-    // its last row's end. Key blocks outside it are never visited.
-    int64_t k_begin = 0, k_end = 0, unused = 0;
-    p_.KeyRange(q0, &k_begin, &unused);
-    p_.KeyRange(q0 + qn - 1, &unused, &k_end);
-    k_end = std::max(k_end, k_begin);
-    const int64_t nkb = (k_end - k_begin + kBlockK - 1) / kBlockK;
+    int64_t lo_first = 0, hi_first = 0, lo_last = 0, hi_last = 0;
+    p_.KeyRange(q0, &lo_first, &hi_first);
+    p_.KeyRange(q0 + qn - 1, &lo_last, &hi_last);
+    const int64_t k_begin = lo_first, k_end = std::max(hi_last, k_begin);
+    // The middle: keys every row sees, its ends on the edge grid.
+    // (No edge where every row starts, or ends, alike.)
+    const int64_t mid_begin =
+        lo_last == k_begin ? k_begin
+                           : std::clamp((lo_last + kEdgeK - 1) / kEdgeK * kEdgeK, k_begin, k_end);
+    const int64_t mid_end =
+        hi_first >= k_end ? k_end : std::clamp(hi_first / kEdgeK * kEdgeK, mid_begin, k_end);
     const bool general_mask = GeneralScores();
-    float* s =
-        Workspace::Ensure(ws.s, qn * std::max<int64_t>(1, std::min(kBlockK, k_end - k_begin)));
+    float* s = Workspace::Ensure(ws.s, qn * kBlockK);
     float* o = Workspace::Ensure(ws.o, qn * dv);
     float* m = Workspace::Ensure(ws.m, qn);
     float* l = Workspace::Ensure(ws.l, qn);
     float* alpha = Workspace::Ensure(ws.alpha, qn);
     std::fill(m, m + qn, kNegInf);
     std::fill(l, l + qn, 0.0f);
+    std::fill(o, o + qn * dv, 0.0f);
+    if (static_cast<int64_t>(ws.range.size()) < 2 * qn) ws.range.resize(2 * qn);
+    int64_t* lo = ws.range.data();
+    int64_t* hi = lo + qn;
+    for (int64_t i = 0; i < qn; ++i) p_.KeyRange(q0 + i, &lo[i], &hi[i]);
 
-    for (int64_t kb = 0; kb < nkb; ++kb) {
-      if (kb > 0 && cancelled != nullptr && cancelled->load(std::memory_order_relaxed)) {
+    int64_t k0 = k_begin;
+    for (int64_t step = 0; k0 < k_end; ++step) {
+      if (step > 0 && cancelled != nullptr && cancelled->load(std::memory_order_relaxed)) {
         return Status::Cancelled("attention: cancelled");
       }
-      const int64_t k0 = k_begin + kb * kBlockK, kn = std::min(kBlockK, k_end - k0);
+      const bool middle = k0 >= mid_begin && k0 < mid_end;
+      const int64_t limit = middle ? mid_end : k0 < mid_begin ? mid_begin : k_end;
+      const int64_t kn = std::min(middle ? kBlockK : kEdgeK, limit - k0);
+      // The rows that see any of keys [k0, k0 + kn): a contiguous run.
+      int64_t r0 = 0, r1 = qn;
+      while (r0 < qn && hi[r0] <= k0) ++r0;
+      while (r1 > r0 && lo[r1 - 1] >= k0 + kn) --r1;
+      if (r0 == r1) {
+        k0 += kn;
+        continue;
+      }
+      const int64_t rows = r1 - r0;
       const float* k =
           DenseRows(KvRow(p_.k, blk.b, blk.h, k0), kn, d, p_.k.stride[2], p_.k.stride[3], ws.kp);
       const float* v =
           DenseRows(KvRow(p_.v, blk.b, blk.h, k0), kn, dv, p_.v.stride[2], p_.v.stride[3], ws.vp);
 
-      // S = Q K^T; K^T is a transposed format tag on the dense K block.
-      Matmul({qn, kn, d, d, d, kn, /*b_transposed=*/true, false, false, 1}, q, k, s);
+      // S = Q K^T for the rows that see the block; K^T is a transposed
+      // format tag on the dense K block.
+      Matmul({rows, kn, d, d, d, kn, /*b_transposed=*/true, false, false, 1}, q + r0 * d, k, s);
 
-      for (int64_t i = 0; i < qn; ++i) {
-        float* row_all = s + i * kn;
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t i = r0 + r;
+        float* row_all = s + r * kn;
         // This row's keys in the block: [a, e). Inside the band no element
         // needs a mask; only the range's ends cut it.
-        int64_t lo = 0, hi = 0;
-        p_.KeyRange(q0 + i, &lo, &hi);
-        const int64_t a = std::clamp<int64_t>(lo - k0, 0, kn);
-        const int64_t e = std::clamp<int64_t>(hi - k0, a, kn);
+        const int64_t a = std::clamp<int64_t>(lo[i] - k0, 0, kn);
+        const int64_t e = std::clamp<int64_t>(hi[i] - k0, a, kn);
         const int64_t valid = e - a;
         float* row = row_all + a;
         float row_scale = p_.scale;
@@ -274,21 +305,18 @@ class BlockedAttention {
         m[i] = m_new;
       }
 
-      // O = alpha * O + P V. The first block overwrites O, so O needs no clearing.
-      const bool accumulate = kb > 0;
-      if (accumulate) {
-        for (int64_t i = 0; i < qn; ++i) {
-          if (alpha[i] != 1.0f) kern_.scale(o + i * dv, dv, alpha[i]);
-        }
+      // O = alpha * O + P V for those rows (O starts at zero).
+      for (int64_t i = r0; i < r1; ++i) {
+        if (alpha[i] != 1.0f && alpha[i] != 0.0f) kern_.scale(o + i * dv, dv, alpha[i]);
       }
-      Matmul({qn, dv, kn, kn, dv, dv, false, false, accumulate, 1}, s, v, o);
+      Matmul({rows, dv, kn, kn, dv, dv, false, false, /*accumulate=*/true, 1}, s, v, o + r0 * dv);
+      k0 += kn;
     }
 
     // Normalise. A fully masked row has l == 0 and gets zeros; a NaN sum stays NaN.
     for (int64_t i = 0; i < qn; ++i) {
       float* dst = out + i * p_.out_stride[2];
-      const float mi = nkb == 0 ? kNegInf : m[i], li = nkb == 0 ? 0.0f : l[i];
-      const RowFinish f = FinishRow(p_, blk.h, mi, li);
+      const RowFinish f = FinishRow(p_, blk.h, m[i], l[i]);
       if (p_.lse != nullptr) *p_.LseAt(blk.b, blk.h, q0 + i) = f.lse;
       if (f.factor == 0.0f) {
         std::fill(dst, dst + dv, 0.0f);

@@ -63,10 +63,8 @@ void ApplyScoreTerms(const AttentionProblem& p, const SoftmaxKernels& kern, floa
     }
     return MaskPadded(p, row, n, b, k0);
   }
-  const float cap = p.softcap;
-  if (cap != 0.0f) {
-    const float inner = p.scale / cap;
-    for (int64_t j = 0; j < n; ++j) row[j] = cap * std::tanh(row[j] * inner);
+  if (p.softcap != 0.0f) {
+    kern.softcap(row, n, p.scale, p.softcap);
   } else {
     kern.scale(row, n, p.scale);
   }
@@ -76,10 +74,7 @@ void ApplyScoreTerms(const AttentionProblem& p, const SoftmaxKernels& kern, floa
   }
   if (p.alibi != nullptr) {
     const float slope = p.alibi[b * p.alibi_stride[0] + h * p.alibi_stride[1]];
-    const int64_t pos = i + p.pos_offset;
-    for (int64_t j = 0; j < n; ++j) {
-      row[j] -= slope * static_cast<float>(std::llabs(pos - (k0 + j)));
-    }
+    kern.alibi(row, n, slope, i + p.pos_offset, k0);
   }
   MaskPadded(p, row, n, b, k0);
 }

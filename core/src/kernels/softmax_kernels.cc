@@ -1,6 +1,8 @@
 #include "kernels/softmax_kernels.h"
 
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
 #include <limits>
 
 #include "kernels/simd.h"
@@ -39,6 +41,27 @@ void ScalePortable(float* x, int64_t n, float a) {
 
 void ScaleAddPortable(float* x, int64_t n, float a, const float* bias) {
   for (int64_t i = 0; i < n; ++i) x[i] = x[i] * a + bias[i];
+}
+
+// tanh near 0: its series to y^9, within an ulp for |y| < kTanhSeries.
+constexpr float kTanhSeries = 0.25f;
+constexpr float kT3 = -1.0f / 3, kT5 = 2.0f / 15, kT7 = -17.0f / 315, kT9 = 62.0f / 2835;
+
+float TanhPortable(float y) {
+  if (std::fabs(y) < kTanhSeries) {
+    const float y2 = y * y;
+    return y + y * y2 * (kT3 + y2 * (kT5 + y2 * (kT7 + y2 * kT9)));
+  }
+  return std::tanh(y);
+}
+
+void SoftcapPortable(float* x, int64_t n, float scale, float cap) {
+  const float inner = scale / cap;
+  for (int64_t i = 0; i < n; ++i) x[i] = cap * TanhPortable(x[i] * inner);
+}
+
+void AlibiPortable(float* x, int64_t n, float slope, int64_t pos, int64_t k0) {
+  for (int64_t j = 0; j < n; ++j) x[j] -= slope * static_cast<float>(std::llabs(pos - (k0 + j)));
 }
 
 // ---- AVX2 + FMA kernels -----------------------------------------------------
@@ -145,6 +168,52 @@ ATTN_AVX2 void ScaleAddAvx2(float* x, int64_t n, float a, const float* bias) {
   for (; i < n; ++i) x[i] = x[i] * a + bias[i];
 }
 
+ATTN_AVX2 inline __m256 Tanh256(__m256 y) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 ay = _mm256_andnot_ps(sign, y);
+  const __m256 y2 = _mm256_mul_ps(y, y);
+  __m256 p = _mm256_fmadd_ps(y2, _mm256_set1_ps(kT9), _mm256_set1_ps(kT7));
+  p = _mm256_fmadd_ps(y2, p, _mm256_set1_ps(kT5));
+  p = _mm256_fmadd_ps(y2, p, _mm256_set1_ps(kT3));
+  const __m256 series = _mm256_fmadd_ps(_mm256_mul_ps(y, y2), p, y);
+  // 1 - 2 / (exp(2|y|) + 1), with y's sign; exp saturates, so large |y| gives 1.
+  const __m256 e = Exp256(_mm256_add_ps(ay, ay));
+  const __m256 t =
+      _mm256_sub_ps(_mm256_set1_ps(1.0f),
+                    _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, _mm256_set1_ps(1.0f))));
+  const __m256 far = _mm256_or_ps(t, _mm256_and_ps(sign, y));
+  // NaN compares false: it takes `far`, where it has propagated.
+  return _mm256_blendv_ps(far, series, _mm256_cmp_ps(ay, _mm256_set1_ps(kTanhSeries), _CMP_LT_OQ));
+}
+
+ATTN_AVX2 void SoftcapAvx2(float* x, int64_t n, float scale, float cap) {
+  const __m256 inner = _mm256_set1_ps(scale / cap), cv = _mm256_set1_ps(cap);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(x + i,
+                     _mm256_mul_ps(cv, Tanh256(_mm256_mul_ps(_mm256_loadu_ps(x + i), inner))));
+  }
+  if (i < n) {
+    const __m256i k = LaneMask256(n - i);
+    const __m256 y = _mm256_mul_ps(_mm256_maskload_ps(x + i, k), inner);
+    _mm256_maskstore_ps(x + i, k, _mm256_mul_ps(cv, Tanh256(y)));
+  }
+}
+
+ATTN_AVX2 void AlibiAvx2(float* x, int64_t n, float slope, int64_t pos, int64_t k0) {
+  const int64_t d0 = pos - k0;  // the distance of j = 0, before |.|
+  if (d0 > INT32_MAX || d0 - n < INT32_MIN) return AlibiPortable(x, n, slope, pos, k0);
+  const __m256 sv = _mm256_set1_ps(slope);
+  const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256i d = _mm256_sub_epi32(_mm256_set1_epi32(static_cast<int32_t>(d0 - j)), iota);
+    const __m256 dist = _mm256_cvtepi32_ps(_mm256_abs_epi32(d));
+    _mm256_storeu_ps(x + j, _mm256_fnmadd_ps(sv, dist, _mm256_loadu_ps(x + j)));
+  }
+  for (; j < n; ++j) x[j] -= slope * static_cast<float>(std::llabs(d0 - j));
+}
+
 // ---- AVX-512 kernels --------------------------------------------------------
 
 #define ATTN_AVX512 __attribute__((target("avx512f")))
@@ -230,11 +299,55 @@ ATTN_AVX512 void ScaleAddAvx512(float* x, int64_t n, float a, const float* bias)
   for (; i < n; ++i) x[i] = x[i] * a + bias[i];
 }
 
-constexpr SoftmaxKernels kPortable{ScaledMaxPortable, ExpSumPortable, ScalePortable,
-                                   ScaleAddPortable, IsaTier::kPortable};
-constexpr SoftmaxKernels kAvx2{ScaledMaxAvx2, ExpSumAvx2, ScaleAvx2, ScaleAddAvx2, IsaTier::kAvx2};
-constexpr SoftmaxKernels kAvx512{ScaledMaxAvx512, ExpSumAvx512, ScaleAvx512, ScaleAddAvx512,
-                                 IsaTier::kAvx512};
+ATTN_AVX512 inline __m512 Tanh512(__m512 y) {
+  const __m512 ay = _mm512_abs_ps(y);
+  const __m512 y2 = _mm512_mul_ps(y, y);
+  __m512 p = _mm512_fmadd_ps(y2, _mm512_set1_ps(kT9), _mm512_set1_ps(kT7));
+  p = _mm512_fmadd_ps(y2, p, _mm512_set1_ps(kT5));
+  p = _mm512_fmadd_ps(y2, p, _mm512_set1_ps(kT3));
+  const __m512 series = _mm512_fmadd_ps(_mm512_mul_ps(y, y2), p, y);
+  // tanh(y) rounds to 1 past |y| = 9; the clamp keeps exp(+inf) out (minps
+  // returns its second operand, so a NaN y stays NaN).
+  const __m512 e = Exp512(_mm512_min_ps(_mm512_set1_ps(40.0f), _mm512_add_ps(ay, ay)));
+  const __m512 t =
+      _mm512_sub_ps(_mm512_set1_ps(1.0f),
+                    _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, _mm512_set1_ps(1.0f))));
+  const __m512 far = _mm512_castsi512_ps(
+      _mm512_or_si512(_mm512_castps_si512(t),
+                      _mm512_and_si512(_mm512_castps_si512(y), _mm512_set1_epi32(INT32_MIN))));
+  const __mmask16 near = _mm512_cmp_ps_mask(ay, _mm512_set1_ps(kTanhSeries), _CMP_LT_OQ);
+  return _mm512_mask_mov_ps(far, near, series);
+}
+
+ATTN_AVX512 void SoftcapAvx512(float* x, int64_t n, float scale, float cap) {
+  const __m512 inner = _mm512_set1_ps(scale / cap), cv = _mm512_set1_ps(cap);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = n - i >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m512 y = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), inner);
+    _mm512_mask_storeu_ps(x + i, k, _mm512_mul_ps(cv, Tanh512(y)));
+  }
+}
+
+ATTN_AVX512 void AlibiAvx512(float* x, int64_t n, float slope, int64_t pos, int64_t k0) {
+  const int64_t d0 = pos - k0;
+  if (d0 > INT32_MAX || d0 - n < INT32_MIN) return AlibiPortable(x, n, slope, pos, k0);
+  const __m512 sv = _mm512_set1_ps(slope);
+  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 k = n - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - j)) - 1);
+    const __m512i d = _mm512_sub_epi32(_mm512_set1_epi32(static_cast<int32_t>(d0 - j)), iota);
+    const __m512 dist = _mm512_cvtepi32_ps(_mm512_abs_epi32(d));
+    _mm512_mask_storeu_ps(x + j, k, _mm512_fnmadd_ps(sv, dist, _mm512_maskz_loadu_ps(k, x + j)));
+  }
+}
+
+constexpr SoftmaxKernels kPortable{ScaledMaxPortable, ExpSumPortable,  ScalePortable,
+                                   ScaleAddPortable,  SoftcapPortable, AlibiPortable,
+                                   IsaTier::kPortable};
+constexpr SoftmaxKernels kAvx2{ScaledMaxAvx2, ExpSumAvx2, ScaleAvx2,     ScaleAddAvx2,
+                               SoftcapAvx2,   AlibiAvx2,  IsaTier::kAvx2};
+constexpr SoftmaxKernels kAvx512{ScaledMaxAvx512, ExpSumAvx512, ScaleAvx512,     ScaleAddAvx512,
+                                 SoftcapAvx512,   AlibiAvx512,  IsaTier::kAvx512};
 
 }  // namespace
 

@@ -24,6 +24,13 @@ struct SoftmaxKernels {
   void (*scale)(float* x, int64_t n, float a);
   // x[i] = x[i] * a + bias[i] for i < n (a contiguous additive mask row).
   void (*scale_add)(float* x, int64_t n, float a, const float* bias);
+  // Logit softcapping: x[i] = cap * tanh(x[i] * scale / cap), within 2 ulp
+  // of tanh (a short series near 0, 1 - 2 / (exp(2y) + 1) beyond); NaN
+  // propagates, +-inf give +-cap.
+  void (*softcap)(float* x, int64_t n, float scale, float cap);
+  // ALiBi: x[j] -= slope * |pos - (k0 + j)| for j < n, the distance
+  // converted to float exactly as static_cast<float> of the integer.
+  void (*alibi)(float* x, int64_t n, float slope, int64_t pos, int64_t k0);
   IsaTier tier;
 };
 

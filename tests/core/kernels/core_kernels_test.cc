@@ -83,6 +83,53 @@ TEST(Kernels, EveryTierMatchesTheFloat64Reference) {
   }
 }
 
+// The softcap (cap * tanh(x * scale / cap)) and ALiBi row passes on every
+// tier against float64: across tanh's series/exp switch, in its saturation,
+// at +-inf and NaN; ALiBi on both sides of the query's position, past int32.
+TEST(Kernels, SoftcapAndAlibiMatchFloat64OnEveryTier) {
+  const float kNan = std::numeric_limits<float>::quiet_NaN();
+  for (const SoftmaxKernels* k : AvailableTiers()) {
+    SCOPED_TRACE(IsaTierName(k->tier));
+    for (int64_t n : kLengths) {
+      SCOPED_TRACE("n=" + std::to_string(n));
+      std::vector<float> x(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) x[i] = 0.37f * static_cast<float>(i - n / 2);  // +-~0..50
+      std::vector<float> y = x;
+      const float scale = 0.5f, cap = 7.0f;
+      k->softcap(y.data(), n, scale, cap);
+      for (int64_t i = 0; i < n; ++i) {
+        const double want = cap * std::tanh(static_cast<double>(x[i]) * scale / cap);
+        EXPECT_NEAR(y[i], want, 3e-7 * std::max(std::fabs(want), 1e-3)) << "x=" << x[i];
+      }
+      std::vector<float> z = x;
+      const int64_t pos = n / 3 + 5, k0 = 2;
+      k->alibi(z.data(), n, 0.25f, pos, k0);
+      for (int64_t j = 0; j < n; ++j) {
+        EXPECT_EQ(z[j], x[j] - 0.25f * static_cast<float>(std::llabs(pos - (k0 + j)))) << j;
+      }
+    }
+    std::vector<float> edges = {kInf, -kInf, kNan, 0.0f, -0.0f, 1e-30f, 0.2499f, 0.2501f, 9.5f};
+    edges.resize(17, 3.0f);
+    std::vector<float> e = edges;
+    k->softcap(e.data(), static_cast<int64_t>(e.size()), 1.0f, 1.0f);
+    EXPECT_EQ(e[0], 1.0f);
+    EXPECT_EQ(e[1], -1.0f);
+    EXPECT_TRUE(std::isnan(e[2]));
+    EXPECT_EQ(e[3], 0.0f);
+    EXPECT_EQ(e[5], 1e-30f);
+    EXPECT_NEAR(e[6], std::tanh(0.2499), 1e-7);
+    EXPECT_NEAR(e[7], std::tanh(0.2501), 1e-7);
+    EXPECT_EQ(e[8], 1.0f);
+    // Positions past int32: distances still exact to float's rounding.
+    std::vector<float> far(20, 0.0f);
+    const int64_t big = int64_t{3} << 32;
+    k->alibi(far.data(), 20, 1.0f, big, 7);
+    for (int64_t j = 0; j < 20; ++j) {
+      EXPECT_EQ(far[j], -static_cast<float>(std::llabs(big - (7 + j))));
+    }
+  }
+}
+
 TEST(Kernels, ExpEdgesOnEveryTier) {
   // Arguments around exp's float range: where the result is normal the
   // relative error stays at float precision; deep underflow gives 0 or a
