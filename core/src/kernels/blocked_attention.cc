@@ -1,21 +1,13 @@
 // Blocked online-softmax attention (FlashAttention-style) on oneDNN matmuls.
-//
-// Work is split into tasks of (batch, head, query block). Each task walks the
-// key blocks: S = Q_blk K_blk^T (oneDNN brgemm), then the online softmax on S
-// (running row max m and sum l, rescaling the accumulator O by exp(m_old -
-// m_new)), then O += P V_blk (brgemm with a sum post-op). Only per-thread
-// buffers of block size exist; there is never an Lq x Lk score matrix.
-//
-// When the caller wants the weights, the [Lq, Lk] matrix is the output anyway,
-// and the exact, unfused path is used instead: matmul, the oneDNN softmax
-// primitive, matmul, on each query block's dense weight rows.
-//
-// We parallelise over tasks with OpenMP ourselves and build the per-block
-// primitives for one thread: oneDNN runs a primitive single-threaded when it
-// is called inside a parallel region. Strided blocks (a head of [B, L, H, Dh])
-// are packed into dense per-thread buffers first, because oneDNN 2.6 picks
-// gemm:jit instead of brgemm for strided views; a 512x64 pack costs ~2 us
-// against ~10-20 us saved per block.
+// Tasks are (batch, head, query block); each walks its key blocks: S = Q K^T,
+// the online softmax on S (running max and sum, O rescaled by exp(m_old -
+// m_new)), O += P V. Only per-thread block buffers exist, never Lq x Lk.
+// With the weights wanted, [Lq, Lk] is the output anyway: matmul, oneDNN's
+// softmax, matmul on each query block's dense weight rows (the exact path).
+// We parallelise over tasks with OpenMP and build primitives for one thread
+// (oneDNN runs single-threaded inside a parallel region). Strided blocks are
+// packed dense per thread first: oneDNN 2.6 picks gemm:jit over brgemm for
+// strided views, and a 512x64 pack costs ~2 us against ~10-20 us saved.
 #include "kernels/blocked_attention.h"
 
 #include <algorithm>
