@@ -3,7 +3,7 @@
 // Core's hand-written loops (exp, the softmax passes, masking) come in
 // AVX-512, AVX2 + FMA and portable versions; oneDNN picks its own kernels.
 // Both are chosen once, at the first call, from the CPU and from
-// ATTN_MAX_ISA=avx512|avx2|portable, which caps the tier (tests and
+// ATTN_MAX_ISA=avx512_amx|avx512_bf16|avx512|avx2|portable, which caps the tier (tests and
 // benchmarks force the lower tiers with it on a higher machine). When
 // ATTN_MAX_ISA is below AVX-512 and ONEDNN_MAX_CPU_ISA is unset, oneDNN is
 // capped to match (avx2 for both avx2 and portable), so one switch moves the
@@ -31,5 +31,25 @@ std::optional<IsaTier> ParseIsaTier(std::string_view name);
 // Name of the oneDNN CPU ISA in use, e.g. "avx512_core" or "avx2", after the
 // cap above. For start-up logs and benchmark reports.
 const char* OneDnnIsaName();
+
+// The CPU's bfloat16 matrix instructions: AMX-BF16 (Sapphire Rapids and
+// newer), AVX512-BF16 (Zen 4, Cooper Lake), or none; capped by ATTN_MAX_ISA:
+// "avx512_bf16" turns AMX off, "avx512" and below turn both off (and cap
+// oneDNN to match: avx512_core_bf16, avx512_core), "avx512_amx" or unset
+// leave the CPU's. Read once; thread-safe.
+enum class Bf16Tier { kNone = 0, kAvx512Bf16 = 1, kAmxBf16 = 2 };
+Bf16Tier Bf16MatrixTier();
+// "none", "avx512_bf16" or "amx_bf16".
+const char* Bf16TierName(Bf16Tier tier);
+
+// The whole engine's tier for logs and reports: "avx512_amx",
+// "avx512_bf16", "avx512", "avx2" or "portable".
+const char* EngineTierName();
+
+// What a call permitted to compute in bfloat16 (AttentionOptions'
+// PRECISION_BFLOAT16) gets here: true only with a bf16 matrix tier and
+// core's bf16 kernels. Core has no bf16 kernels yet, so this is false on
+// every CPU and every call computes float32 (which the permission allows).
+bool Bf16ComputeAvailable();
 
 }  // namespace attn

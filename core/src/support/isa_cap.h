@@ -9,6 +9,9 @@ namespace attn::internal {
 // whatever ATTN_MAX_ISA says. The one place that reads the CPU's features.
 bool CpuHasTier(IsaTier tier);
 
+// The CPU's own bf16 matrix tier (CPUID and XCR0), whatever ATTN_MAX_ISA says.
+Bf16Tier CpuBf16Tier();
+
 // Caps oneDNN at AVX2 when KernelTier() is below AVX-512 and the user set no
 // ONEDNN_MAX_CPU_ISA. Idempotent and thread-safe; must run before oneDNN
 // creates its first primitive, so CpuEngine() calls it.

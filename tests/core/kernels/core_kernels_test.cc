@@ -4,6 +4,10 @@
 // that hit every vector tail.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
 #include <cmath>
 #include <limits>
 #include <random>
@@ -42,6 +46,36 @@ TEST(Kernels, PortableAlwaysExistsAndTierMatchesCpu) {
   EXPECT_EQ(SoftmaxKernelsFor(IsaTier::kAvx512) != nullptr,
             static_cast<bool>(__builtin_cpu_supports("avx512f")));
   EXPECT_EQ(GetSoftmaxKernels().tier, KernelTier());
+}
+
+// The bf16 matrix tier follows the CPU's flags in /proc/cpuinfo (amx_bf16,
+// avx512_bf16) and ATTN_MAX_ISA's cap; the engine tier names it.
+TEST(Kernels, Bf16MatrixTierFollowsTheCpuAndTheCap) {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line, flags;
+  while (std::getline(f, line)) {
+    if (line.rfind("flags", 0) == 0) {
+      flags = line + " ";
+      break;
+    }
+  }
+  if (flags.empty()) GTEST_SKIP() << "no /proc/cpuinfo flags";
+  const bool amx = flags.find(" amx_bf16 ") != std::string::npos;
+  const bool avx512_bf16 = flags.find(" avx512_bf16 ") != std::string::npos;
+  const char* cap_env = std::getenv("ATTN_MAX_ISA");
+  const std::string cap = cap_env == nullptr ? "" : cap_env;
+  Bf16Tier want = amx ? Bf16Tier::kAmxBf16 : avx512_bf16 ? Bf16Tier::kAvx512Bf16 : Bf16Tier::kNone;
+  if (KernelTier() != IsaTier::kAvx512 || cap == "avx512") want = Bf16Tier::kNone;
+  if (cap == "avx512_bf16" && want == Bf16Tier::kAmxBf16) want = Bf16Tier::kAvx512Bf16;
+  EXPECT_EQ(Bf16MatrixTier(), want) << Bf16TierName(Bf16MatrixTier());
+  const std::string engine = EngineTierName();
+  EXPECT_EQ(engine, want == Bf16Tier::kAmxBf16      ? "avx512_amx"
+                    : want == Bf16Tier::kAvx512Bf16 ? "avx512_bf16"
+                                                    : IsaTierName(KernelTier()));
+  EXPECT_FALSE(Bf16ComputeAvailable()) << "core has no bf16 kernels yet";
+  EXPECT_EQ(ParseIsaTier("avx512_amx"), IsaTier::kAvx512);
+  EXPECT_EQ(ParseIsaTier("avx512_bf16"), IsaTier::kAvx512);
+  EXPECT_EQ(ParseIsaTier("amx"), std::nullopt);
 }
 
 TEST(Kernels, EveryTierMatchesTheFloat64Reference) {
