@@ -41,6 +41,22 @@ Status WarmUp(const ModelRegistry& models, int threads) {
   return Status::Ok();
 }
 
+// The start-up line: where, how many threads, and the engine's tiers.
+void LogListening(const ServerConfig& config, int port, int threads) {
+  const PrecisionPolicy policy = config.limits.compute_precision;
+  LogMessage(
+      spdlog::level::info,
+      fmt::format("listening on {}:{}; compute threads {} (CPUs this process may use: {}); "
+                  "oneDNN ISA {}; core kernels {}; engine tier {} (bf16 matrix: {}, "
+                  "bf16 compute: {}); --compute-precision {}",
+                  config.host, port, threads, AvailableCpus(), OneDnnIsaName(),
+                  IsaTierName(KernelTier()), EngineTierName(), Bf16TierName(Bf16MatrixTier()),
+                  Bf16ComputeAvailable() ? "yes" : "not built yet: every call is float32",
+                  policy == PrecisionPolicy::kFloat32    ? "float32"
+                  : policy == PrecisionPolicy::kBFloat16 ? "bfloat16"
+                                                         : "auto"));
+}
+
 StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const ServerConfig& config) {
   if (config.tls_cert.empty()) return grpc::InsecureServerCredentials();
   auto cert = wire::ReadPemFile("--tls-cert", config.tls_cert);
@@ -162,11 +178,7 @@ StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerCo
   }
   const auto t0 = std::chrono::steady_clock::now();
   ATTN_RETURN_IF_ERROR(WarmUp(*s->models_, threads));
-  LogMessage(spdlog::level::info,
-             fmt::format("listening on {}:{}; compute threads {} (CPUs this process may use: {}); "
-                         "oneDNN ISA {}; core kernels {}",
-                         config.host, s->port_, threads, AvailableCpus(), OneDnnIsaName(),
-                         IsaTierName(KernelTier())));
+  LogListening(config, s->port_, threads);
   LogMessage(
       spdlog::level::info,
       fmt::format("transport {}; bearer tokens {}; metrics {}; OIP HTTP {}; max in flight {}, "

@@ -144,6 +144,17 @@ const std::map<std::string, Flag>& Flags() {
         "result and intermediate buffers of one request, MiB (default 2048)",
         Int(1, 1LL << 30,
             [](C* c, long long x) { c->limits.max_request_memory_bytes = x << 20; })}},
+      {"--compute-precision",
+       {"ATTN_COMPUTE_PRECISION",
+        "auto, float32 or bfloat16: the arithmetic of calls that do not choose; auto is bfloat16 "
+        "for BFLOAT16 queries where the CPU and core can compute it, float32 otherwise "
+        "(default auto)",
+        OneOf({"auto", "float32", "bfloat16"},
+              [](C* c, const std::string& v) {
+                c->limits.compute_precision = v == "float32"    ? PrecisionPolicy::kFloat32
+                                              : v == "bfloat16" ? PrecisionPolicy::kBFloat16
+                                                                : PrecisionPolicy::kAuto;
+              })}},
       {"--metrics-port",
        {"ATTN_METRICS_PORT",
         "HTTP port of Prometheus /metrics, on --host (default -1: off; 0 picks a free port)",

@@ -299,6 +299,8 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("compute_threads", std::to_string(attn::ComputeThreads()));
   benchmark::AddCustomContext("onednn_isa", attn::OneDnnIsaName());
   benchmark::AddCustomContext("kernel_tier", attn::IsaTierName(attn::KernelTier()));
+  benchmark::AddCustomContext("engine_tier", attn::EngineTierName());
+  benchmark::AddCustomContext("bf16_matrix", attn::Bf16TierName(attn::Bf16MatrixTier()));
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

@@ -409,9 +409,16 @@ TEST(Metrics, ScrapeCountsKnownTraffic) {
           R"(attn_request_duration_seconds_count{rpc="MultiHeadAttention",protocol="attention.v1"})"),
       3);
   EXPECT_EQ(
-      Sample(text,
-             R"(attn_compute_duration_seconds_count{rpc="Attention",protocol="attention.v1"})"),
+      Sample(
+          text,
+          R"(attn_compute_duration_seconds_count{rpc="Attention",protocol="attention.v1",precision="float32"})"),
       3);
+  // No bf16 compute on any CPU yet (Bf16ComputeAvailable): the bf16 series stays 0.
+  EXPECT_EQ(
+      Sample(
+          text,
+          R"(attn_compute_duration_seconds_count{rpc="Attention",protocol="attention.v1",precision="bfloat16"})"),
+      0);
   EXPECT_EQ(
       Sample(text, R"(attn_queue_duration_seconds_count{rpc="Attention",protocol="attention.v1"})"),
       3);
@@ -419,7 +426,7 @@ TEST(Metrics, ScrapeCountsKnownTraffic) {
   EXPECT_EQ(
       Sample(
           text,
-          R"(attn_compute_duration_seconds_count{rpc="MultiHeadAttention",protocol="attention.v1"})"),
+          R"(attn_compute_duration_seconds_count{rpc="MultiHeadAttention",protocol="attention.v1",precision="float32"})"),
       0);
   EXPECT_GT(
       Sample(text, R"(attn_request_duration_seconds_sum{rpc="Attention",protocol="attention.v1"})"),

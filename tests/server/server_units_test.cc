@@ -19,6 +19,7 @@
 #include "call/compute_scheduler.h"
 #include "call/dispatch.h"
 #include "call/held_memory.h"
+#include "call/prepared_call.h"
 #include "ops/server_log.h"
 #include "server_config.h"
 
@@ -54,6 +55,53 @@ TEST(ServerConfig, DefaultsFlagsAndEnvironment) {
   EXPECT_EQ(c->model_dir, "/models");
   EXPECT_EQ(c->log_level, "debug");
   EXPECT_EQ(c->limits.max_message_bytes, 8 << 20);
+}
+
+// --compute-precision, and the arithmetic a call gets: what it asks for,
+// else the policy (auto: bf16 for BFLOAT16 queries), bf16 only where the
+// CPU and core can (else float32, which every request permits).
+TEST(ServerConfig, ComputePrecisionPolicyAndResolution) {
+  using server::PrecisionPolicy;
+  using server::RequestedPrecision;
+  using server::ResolvePrecision;
+  using server::UsedPrecision;
+  auto c = Parse({});
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->limits.compute_precision, PrecisionPolicy::kAuto);
+  c = Parse({"--compute-precision", "bfloat16"});
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->limits.compute_precision, PrecisionPolicy::kBFloat16);
+  c = Parse({}, {{"ATTN_COMPUTE_PRECISION", "float32"}});
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->limits.compute_precision, PrecisionPolicy::kFloat32);
+  c = Parse({"--compute-precision", "fp8"});
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("--compute-precision: expected auto, float32 or bfloat16"),
+            std::string::npos)
+      << c.status().message();
+
+  const auto bf16 = UsedPrecision::kBFloat16, f32 = UsedPrecision::kFloat32;
+  struct Row {
+    RequestedPrecision asked;
+    PrecisionPolicy policy;
+    bool bf16_query;
+    UsedPrecision with_bf16_cpu;
+  };
+  const Row rows[] = {
+      {RequestedPrecision::kUnspecified, PrecisionPolicy::kAuto, true, bf16},
+      {RequestedPrecision::kUnspecified, PrecisionPolicy::kAuto, false, f32},
+      {RequestedPrecision::kUnspecified, PrecisionPolicy::kFloat32, true, f32},
+      {RequestedPrecision::kUnspecified, PrecisionPolicy::kBFloat16, false, bf16},
+      {RequestedPrecision::kFloat32, PrecisionPolicy::kBFloat16, true, f32},
+      {RequestedPrecision::kBFloat16, PrecisionPolicy::kFloat32, false, bf16},
+  };
+  for (const Row& r : rows) {
+    EXPECT_EQ(ResolvePrecision(r.asked, r.policy, r.bf16_query, true), r.with_bf16_cpu);
+    // Without bf16 matrix instructions (or core's bf16 kernels): float32.
+    EXPECT_EQ(ResolvePrecision(r.asked, r.policy, r.bf16_query, false), f32);
+  }
+  EXPECT_STREQ(server::PrecisionName(bf16), "bfloat16");
+  EXPECT_STREQ(server::PrecisionName(f32), "float32");
 }
 
 TEST(ServerConfig, OperationsFlags) {

@@ -14,6 +14,7 @@
 #include "attention/v1/attention.pb.h"
 #include "attention_client.h"
 #include "attn/attention.h"
+#include "attn/cpu_info.h"
 #include "attn/model.h"
 #include "host_array.h"
 #include "test_server.h"
@@ -267,6 +268,43 @@ TEST_F(VariantsRpc, MultiHeadAttentionWithGroupedKvHeads) {
   EXPECT_NE(st.error_message().find("num_kv_heads: model 'demo-gqa' has 2 kv heads, got 8"),
             std::string::npos)
       << st.error_message();
+}
+
+// Every computed answer says its arithmetic (response metadata
+// attn-compute-precision): float32 for a float32 query, and for a BFLOAT16
+// one permitted bf16 (PRECISION_BFLOAT16, or auto) exactly when core can
+// compute bf16 on this CPU (Bf16ComputeAvailable; no bf16 kernels yet:
+// float32 everywhere, with the float32 answer).
+TEST_F(VariantsRpc, AnswersSayTheirComputePrecision) {
+  Case c;
+  const Inputs in = attn_test::MakeInputs(c);
+  const std::string want_bf16 = Bf16ComputeAvailable() ? "bfloat16" : "float32";
+  for (const auto precision :
+       {attention::v1::PRECISION_UNSPECIFIED, attention::v1::PRECISION_FLOAT32,
+        attention::v1::PRECISION_BFLOAT16}) {
+    for (const bool bf16_wire : {false, true}) {
+      attention::v1::AttentionRequest req = Request(c, in, wire::Encoding::kData);
+      if (bf16_wire) {
+        for (auto* t : {req.mutable_query(), req.mutable_key(), req.mutable_value()}) {
+          auto a = client::FromWire(*t, "t");
+          ASSERT_TRUE(a.ok());
+          *t = client::ToWire(*a, wire::Encoding::kData, wire::WireType::kBFloat16);
+        }
+      }
+      req.mutable_options()->set_compute_precision(precision);
+      grpc::ClientContext ctx;
+      attention::v1::AttentionResponse resp;
+      ASSERT_TRUE(client_->stub().Attention(&ctx, req, &resp).ok());
+      const auto& md = ctx.GetServerInitialMetadata();
+      const auto it = md.find("attn-compute-precision");
+      ASSERT_NE(it, md.end());
+      const bool may_bf16 = precision == attention::v1::PRECISION_BFLOAT16 ||
+                            (precision == attention::v1::PRECISION_UNSPECIFIED && bf16_wire);
+      EXPECT_EQ(std::string(it->second.data(), it->second.size()),
+                may_bf16 ? want_bf16 : "float32")
+          << "precision " << precision << " bf16 wire " << bf16_wire;
+    }
+  }
 }
 
 // A packed batch (cu_seqlens) in both encodings: each sequence equals its

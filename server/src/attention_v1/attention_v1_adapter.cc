@@ -41,6 +41,11 @@ Status NativeOptions(const attention::v1::AttentionOptions& o, const PreparedCal
         "or PRECISION_BFLOAT16 (2), got " +
         std::to_string(o.compute_precision()));
   }
+  c->precision = o.compute_precision() == attention::v1::PRECISION_FLOAT32
+                     ? RequestedPrecision::kFloat32
+                 : o.compute_precision() == attention::v1::PRECISION_BFLOAT16
+                     ? RequestedPrecision::kBFloat16
+                     : RequestedPrecision::kUnspecified;
   if (o.has_window_left()) c->window_left = o.window_left();
   if (o.has_window_right()) c->window_right = o.window_right();
   if (o.has_softcap()) c->softcap = o.softcap();

@@ -35,7 +35,8 @@ void CallDispatcher::Completed(Rpc rpc, const PreparedCall* call, const Status& 
   if (ServerMetrics* m = options_.metrics) {
     m->RecordCall(rpc, m->ModelIndex(model), static_cast<int>(st.code()),
                   SecondsBetween(start, end), computed ? SecondsBetween(start, began) : -1,
-                  computed ? SecondsBetween(began, end) : -1, bytes_in, bytes_out);
+                  computed ? SecondsBetween(began, end) : -1, bytes_in, bytes_out,
+                  call != nullptr && call->precision == UsedPrecision::kBFloat16);
   }
   // Check first: building the shapes and the peer costs more than a small
   // call's compute, and debug is usually off.
@@ -45,6 +46,7 @@ void CallDispatcher::Completed(Rpc rpc, const PreparedCall* call, const Status& 
   r.protocol = ProtocolName(rpc);
   r.model = model.empty() ? "-" : model;
   if (call != nullptr) r.shapes = call->Shapes();
+  if (call != nullptr && computed) r.precision = PrecisionName(call->precision);
   r.code = StatusCodeName(st.code());
   r.latency_ms = SecondsBetween(start, end) * 1e3;
   r.peer = peer();

@@ -62,6 +62,8 @@ class CallReactor final : public grpc::ServerUnaryReactor, public CallTransport 
       // Where the time went, for load testers: waiting for a CPU, computing.
       ctx_->AddTrailingMetadata(wire::kTimingTrailer,
                                 wire::TimingTrailerValue(began - start(), Clock::now() - began));
+      // What arithmetic the answer came from.
+      ctx_->AddInitialMetadata(kPrecisionHeader, PrecisionName(call()->precision));
     }
     HeldMemory* held = service_->options().held;
     const int64_t bytes_out = st.ok() && (service_->options().metrics != nullptr || held != nullptr)

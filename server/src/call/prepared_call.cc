@@ -4,6 +4,8 @@
 #include <tuple>
 #include <utility>
 
+#include "attn/cpu_info.h"
+
 namespace attn::server {
 namespace {
 
@@ -223,6 +225,21 @@ Status SingleHeadOnly(const ResolvedProjections& proj, const std::string& model,
 
 }  // namespace
 
+UsedPrecision ResolvePrecision(RequestedPrecision requested, PrecisionPolicy policy,
+                               bool bf16_query, bool bf16_available) {
+  bool bf16 = false;
+  if (requested == RequestedPrecision::kBFloat16) {
+    bf16 = true;
+  } else if (requested == RequestedPrecision::kUnspecified) {
+    bf16 = policy == PrecisionPolicy::kBFloat16 || (policy == PrecisionPolicy::kAuto && bf16_query);
+  }
+  return bf16 && bf16_available ? UsedPrecision::kBFloat16 : UsedPrecision::kFloat32;
+}
+
+const char* PrecisionName(UsedPrecision p) {
+  return p == UsedPrecision::kBFloat16 ? "bfloat16" : "float32";
+}
+
 std::string PreparedCall::Shapes() const {
   std::string s;
   size_t i = 0;
@@ -238,6 +255,9 @@ Status PrepareCall(const CallRequest& req, const ModelRegistry& models, const Re
                    PreparedCall* call) {
   const TensorView *q = nullptr, *k = nullptr, *v = nullptr;
   ATTN_RETURN_IF_ERROR(DecodeQueryKeyValue(req, limits, call, &q, &k, &v));
+  call->precision =
+      ResolvePrecision(req.precision, limits.compute_precision,
+                       call->output_type == wire::WireType::kBFloat16, Bf16ComputeAvailable());
   AttentionMasks masks;
   AttentionScoreOptions score;
   ATTN_RETURN_IF_ERROR(DecodeMasks(req, limits, call, &masks, &score));

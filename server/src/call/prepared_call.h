@@ -28,6 +28,18 @@ namespace attn::server {
 // weights are given), cross-attention, or multi-head attention.
 enum class CallOp { kAttention, kCrossAttention, kMultiHeadAttention };
 
+enum class RequestedPrecision { kUnspecified, kFloat32, kBFloat16 };
+
+// The arithmetic a call computes in: what it asked for, else the server's
+// policy; bfloat16 only where `bf16_available` (the CPU's matrix
+// instructions and core's kernels: Bf16ComputeAvailable()), float32
+// otherwise, which every request permits.
+enum class UsedPrecision { kFloat32, kBFloat16 };
+UsedPrecision ResolvePrecision(RequestedPrecision requested, PrecisionPolicy policy,
+                               bool bf16_query, bool bf16_available);
+// "float32" or "bfloat16".
+const char* PrecisionName(UsedPrecision p);
+
 // One call as a protocol carries it, not yet checked. Tensors point into
 // the protocol's message.
 struct CallRequest {
@@ -52,6 +64,8 @@ struct CallRequest {
   std::optional<float> softcap;
   std::optional<wire::WireTensor> alibi_slopes, sink_logits;
   bool return_lse = false;
+  // AttentionOptions.compute_precision / OIP's compute_precision.
+  RequestedPrecision precision = RequestedPrecision::kUnspecified;
   // A packed batch (kAttention without weights only): core checks them.
   std::vector<int64_t> cu_seqlens_q, cu_seqlens_k;
 };
@@ -66,6 +80,7 @@ struct PreparedCall {
   wire::Encoding encoding = wire::Encoding::kData;  // of the first input; the response uses it
   wire::WireType output_type = wire::WireType::kFloat32;  // the query's; the response's floats
   AttentionCost cost;
+  UsedPrecision precision = UsedPrecision::kFloat32;  // what the call computes in
   // Runs the core call with `threads` compute threads; the output goes
   // where `output` says (see IntoResponse), or core allocates it.
   std::function<StatusOr<AttentionResult>(int threads, OutputAllocator output)> compute;

@@ -97,9 +97,9 @@ Status ReadParameters(const ModelInferRequest& req, bool has_weights, CallReques
         return Status::InvalidArgument(where + ": expected " + want + ", got '" + v + "'");
       } else if (align) {
         return Status::InvalidArgument(where + ": expected " + want + ", got '" + v + "'");
+      } else {
+        c->precision = v == "bf16" ? RequestedPrecision::kBFloat16 : RequestedPrecision::kFloat32;
       }
-      // compute_precision: bf16 permits bfloat16 matmuls; today's kernels
-      // compute in float32, which it allows.
     } else {
       return Status::InvalidArgument(where + ": unknown parameter (known: " + kParameters + ")");
     }
@@ -397,6 +397,9 @@ Status PrepareInfer(const ModelInferRequest& req, const ModelRegistry& models,
   resp->set_model_name(req.model_name());
   resp->set_model_version(kVersion);
   resp->set_id(req.id());
+  // The arithmetic used, in the request parameter's words.
+  (*resp->mutable_parameters())["compute_precision"].set_string_param(
+      call->precision == UsedPrecision::kBFloat16 ? "bf16" : "fp32");
   for (size_t i = 0; i < plan.kinds.size(); ++i) {
     auto* o = resp->add_outputs();
     o->set_name(OutName(plan.kinds[i]));

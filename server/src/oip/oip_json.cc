@@ -322,6 +322,13 @@ std::string InferResponseBody(const inference::ModelInferResponse& resp, const H
   std::string json = "{\"model_name\":" + JsonQuote(resp.model_name()) +
                      ",\"model_version\":" + JsonQuote(resp.model_version());
   if (!resp.id().empty()) json += ",\"id\":" + JsonQuote(resp.id());
+  // String parameters only (compute_precision is the one the server sets).
+  std::string params;
+  for (const auto& [name, p] : resp.parameters()) {
+    if (p.parameter_choice_case() != inference::InferParameter::kStringParam) continue;
+    params += (params.empty() ? "" : ",") + JsonQuote(name) + ":" + JsonQuote(p.string_param());
+  }
+  if (!params.empty()) json += ",\"parameters\":{" + params + "}";
   json += ",\"outputs\":[";
   std::string binary;
   for (int i = 0; i < resp.outputs_size(); ++i) {

@@ -73,6 +73,7 @@ std::string FormatAccess(const AccessRecord& r, LogFormat format, int64_t suppre
   if (format == LogFormat::kJson) {
     std::string s = "\"rpc\":" + JsonQuote(r.rpc) + ",\"protocol\":" + JsonQuote(r.protocol) +
                     ",\"model\":" + JsonQuote(r.model) + ",\"shapes\":" + JsonQuote(r.shapes) +
+                    (*r.precision != '\0' ? ",\"precision\":" + JsonQuote(r.precision) : "") +
                     ",\"code\":" + JsonQuote(r.code) + ",\"latency_ms\":" + latency +
                     ",\"peer\":" + JsonQuote(r.peer);
     if (!r.reason.empty()) s += ",\"reason\":" + JsonQuote(r.reason);
@@ -80,8 +81,9 @@ std::string FormatAccess(const AccessRecord& r, LogFormat format, int64_t suppre
     return s;
   }
   std::string s = std::string("rpc=") + r.rpc + " protocol=" + r.protocol + " model=" + r.model +
-                  " shapes=\"" + r.shapes + "\" code=" + r.code + " latency_ms=" + latency +
-                  " peer=" + r.peer;
+                  " shapes=\"" + r.shapes + "\"" +
+                  (*r.precision != '\0' ? std::string(" precision=") + r.precision : "") +
+                  " code=" + r.code + " latency_ms=" + latency + " peer=" + r.peer;
   if (!r.reason.empty()) s += " reason=\"" + r.reason + "\"";
   if (suppressed > 0) s += " (" + std::to_string(suppressed) + " similar lines suppressed)";
   return s;

@@ -27,6 +27,7 @@ struct AccessRecord {
   const char* protocol = "attention.v1";  // "oip-grpc", "oip-http"
   std::string model;                      // "-" for none
   std::string shapes;
+  const char* precision = "";  // what a computed call used: "float32" or "bfloat16"
   const char* code = "OK";
   double latency_ms = 0;
   std::string peer;

@@ -88,7 +88,8 @@ const char* ProtocolName(Rpc rpc) {
 struct alignas(64) ServerMetrics::Shard {
   explicit Shard(int models) : requests(new Counter[kNumRpcs * (models + 1) * kNumCodes]()) {}
   std::unique_ptr<Counter[]> requests;  // [rpc][model][code]
-  Histogram latency[kNumRpcs], queue[kNumRpcs], compute[kNumRpcs];
+  Histogram latency[kNumRpcs], queue[kNumRpcs];
+  Histogram compute[kNumRpcs], compute_bf16[kNumRpcs];  // by the precision used
   Counter bytes_in[kNumRpcs]{}, bytes_out[kNumRpcs]{};
 };
 
@@ -114,7 +115,7 @@ ServerMetrics::Shard& ServerMetrics::LocalShard() {
 }
 
 void ServerMetrics::RecordCall(Rpc rpc, int model, int code, double latency_s, double queue_s,
-                               double compute_s, int64_t bytes_in, int64_t bytes_out) {
+                               double compute_s, int64_t bytes_in, int64_t bytes_out, bool bf16) {
   const int r = static_cast<int>(rpc);
   model = std::clamp(model, 0, num_models());
   code = std::clamp(code, 0, kNumCodes - 1);
@@ -123,7 +124,7 @@ void ServerMetrics::RecordCall(Rpc rpc, int model, int code, double latency_s, d
       1, std::memory_order_relaxed);
   s.latency[r].Observe(latency_s);
   if (queue_s >= 0) s.queue[r].Observe(queue_s);
-  if (compute_s >= 0) s.compute[r].Observe(compute_s);
+  if (compute_s >= 0) (bf16 ? s.compute_bf16 : s.compute)[r].Observe(compute_s);
   s.bytes_in[r].fetch_add(static_cast<uint64_t>(bytes_in), std::memory_order_relaxed);
   s.bytes_out[r].fetch_add(static_cast<uint64_t>(bytes_out), std::memory_order_relaxed);
 }
@@ -157,11 +158,16 @@ std::string ServerMetrics::Render(const MetricsGauges& g) const {
     }
   }
 
-  auto histogram = [&](const char* name, const char* help, Histogram(Shard::*which)[kNumRpcs]) {
-    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " histogram\n";
+  // `precision`: that label's value too, when not empty; `help` null: no header.
+  auto histogram = [&](const char* name, const char* help, Histogram(Shard::*which)[kNumRpcs],
+                       const std::string& precision = "") {
+    if (help != nullptr) {
+      out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " histogram\n";
+    }
     for (int r = 0; r < kNumRpcs; ++r) {
-      const std::string rpc = std::string(RpcName(static_cast<Rpc>(r))) + "\",protocol=\"" +
-                              ProtocolName(static_cast<Rpc>(r));
+      std::string rpc = std::string(RpcName(static_cast<Rpc>(r))) + "\",protocol=\"" +
+                        ProtocolName(static_cast<Rpc>(r));
+      if (!precision.empty()) rpc += "\",precision=\"" + precision;
       uint64_t cumulative = 0;
       for (int b = 0; b < kNumBuckets; ++b) {
         cumulative +=
@@ -181,8 +187,10 @@ std::string ServerMetrics::Render(const MetricsGauges& g) const {
   histogram("attn_queue_duration_seconds",
             "Time a call waited for a CPU (calls that reached the compute stage).", &Shard::queue);
   histogram("attn_compute_duration_seconds",
-            "Time a call computed and encoded its response (calls that reached the compute stage).",
-            &Shard::compute);
+            "Time a call computed and encoded its response (calls that reached the compute "
+            "stage), by the arithmetic it used.",
+            &Shard::compute, "float32");
+  histogram("attn_compute_duration_seconds", nullptr, &Shard::compute_bf16, "bfloat16");
 
   auto per_rpc = [&](const char* name, const char* help, Counter(Shard::*which)[kNumRpcs]) {
     out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n";

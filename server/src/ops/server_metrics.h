@@ -69,8 +69,10 @@ class ServerMetrics {
 
   // One finished call. `queue_s`/`compute_s` < 0: the call never reached
   // the compute stage (rejected before), so those histograms skip it.
+  // `bf16`: the call computed in bfloat16 (the compute histogram's
+  // precision label).
   void RecordCall(Rpc rpc, int model, int code, double latency_s, double queue_s, double compute_s,
-                  int64_t bytes_in, int64_t bytes_out);
+                  int64_t bytes_in, int64_t bytes_out, bool bf16 = false);
 
   // The Prometheus text exposition format (version 0.0.4).
   std::string Render(const MetricsGauges& gauges) const;

@@ -155,6 +155,8 @@ class OipGrpcTest(unittest.TestCase):
             out, _ = output(resp, "output")
             lse, dtype = output(resp, "lse")
             self.assertEqual(dtype, "FP32")
+            # The arithmetic used: fp32 for an FP32 query (bf16 is never picked for it).
+            self.assertEqual(resp.parameters["compute_precision"].string_param, "fp32")
             kk, vv = (np.repeat(x.astype(np.float64), 4, axis=1) for x in (k, v))
             s = q.astype(np.float64) @ np.swapaxes(kk, -1, -2) / np.sqrt(8)
             s = 4.0 * np.tanh(s / 4.0)

@@ -150,6 +150,8 @@ json.dump(body, open(f"{sys.argv[1]}/var.json", "w"))
 PY
 call POST $sdpa --data-binary "@$work/var.json"
 [ "$code" = 200 ] || fail "variants: HTTP $code: $body"
+grep -q '"parameters":{"compute_precision":"fp32"}' "$work/body" ||
+  fail "the answer does not say its compute precision: $(head -c 300 "$work/body")"
 $py - "$work" <<'PY' || fail "variants result"
 import json, sys
 import numpy as np

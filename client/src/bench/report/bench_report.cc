@@ -153,7 +153,7 @@ MachineInfo DescribeMachine() {
       break;
     }
   }
-  m.kernel_tier = IsaTierName(KernelTier());
+  m.kernel_tier = EngineTierName();
   m.onednn_isa = OneDnnIsaName();
   cpu_set_t set;
   m.cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
