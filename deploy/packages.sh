@@ -11,6 +11,7 @@ FUZZ_PACKAGES=(clang-14 libclang-rt-14-dev)
 # run_core_bench.sh and run_server_bench.sh when they find python3-torch.
 TORCH_BENCH_PACKAGES=(libopenblas0-pthread)
 TEST_PACKAGES=(libgtest-dev libbenchmark-dev python3-grpcio python3-grpc-tools python3-numpy yamllint openssl
+  python3-protobuf python3-pytest python3-venv python3-setuptools python3-wheel
   curl python3-h2 chromium)
 
 # ensure_packages PKG...: apt-get installs the packages that are not

@@ -1,0 +1,124 @@
+"""The asyncio client: AttentionClient's methods as coroutines, on grpc.aio."""
+from typing import Any, Dict, List, Mapping, Optional
+
+import grpc
+
+from . import _requests as rq
+from ._arrays import DATA
+from ._pb import attention_pb2, attention_pb2_grpc, health_pb2, health_pb2_grpc, oip_pb2_grpc
+from .client import Window
+from .errors import AttentionError, from_rpc_error
+
+
+class AsyncAttentionClient:
+    """As AttentionClient (same arguments, methods and errors), each method a
+    coroutine; an async context manager. Create it inside the event loop."""
+
+    def __init__(self, target: str = "localhost:50051", *, timeout: float = 30.0,
+                 tls: bool = False, tls_ca: Optional[str] = None, tls_cert: Optional[str] = None,
+                 tls_key: Optional[str] = None, token: Optional[str] = None,
+                 max_message_mb: int = 64, retry: bool = False):
+        options = rq.channel_options(max_message_mb, retry)
+        creds = rq.credentials(tls, tls_ca, tls_cert, tls_key)
+        self.channel = (grpc.aio.secure_channel(target, creds, options=options) if creds
+                        else grpc.aio.insecure_channel(target, options=options))
+        self.timeout = timeout
+        self._metadata = rq.auth_metadata(token)
+        self.stub = attention_pb2_grpc.AttentionServiceStub(self.channel)
+        self._health = health_pb2_grpc.HealthStub(self.channel)
+        self._oip = oip_pb2_grpc.GRPCInferenceServiceStub(self.channel)
+        self._closed = False
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            await self.channel.close()
+
+    async def __aenter__(self) -> "AsyncAttentionClient":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def _call(self, method: Any, request: Any, auth: bool = True) -> Any:
+        if self._closed:
+            raise AttentionError("the client is closed")
+        try:
+            return await method(request, timeout=self.timeout,
+                                metadata=self._metadata if auth else None)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+
+    async def attention(self, query: Any, key: Any = None, value: Any = None, *,
+                        return_weights: bool = False, return_lse: bool = False,
+                        model: Optional[str] = None, projections: Any = None,
+                        causal: bool = False, causal_alignment: str = "top_left",
+                        window: Window = None, alibi_slopes: Any = None,
+                        softcap: Optional[float] = None, sink_logits: Any = None,
+                        scale: Optional[float] = None, key_padding_mask: Any = None,
+                        attn_bias: Any = None, compute_precision: Optional[str] = None,
+                        cu_seqlens_q: Any = None, cu_seqlens_k: Any = None,
+                        wire_dtype: Optional[str] = None, encoding: str = DATA,
+                        dtype: Optional[str] = None) -> rq.AttentionResult:
+        """As AttentionClient.attention."""
+        req, kind = rq.attention_request(
+            query, key, value, model=model, projections=projections, causal=causal,
+            causal_alignment=causal_alignment, window=window, alibi_slopes=alibi_slopes,
+            softcap=softcap, sink_logits=sink_logits, scale=scale,
+            key_padding_mask=key_padding_mask, attn_bias=attn_bias,
+            return_weights=return_weights, return_lse=return_lse,
+            compute_precision=compute_precision, cu_seqlens_q=cu_seqlens_q,
+            cu_seqlens_k=cu_seqlens_k, wire_dtype=wire_dtype, encoding=encoding, dtype=dtype)
+        resp = await self._call(self.stub.Attention, req)
+        return rq.result(resp, kind, return_weights, return_lse)
+
+    async def cross_attention(self, decoder: Any, encoder: Any, *, return_weights: bool = False,
+                              return_lse: bool = False, **kw: Any) -> rq.AttentionResult:
+        """As AttentionClient.cross_attention."""
+        req, kind = rq.cross_request(decoder, encoder, **_defaults(kw, return_weights, return_lse))
+        resp = await self._call(self.stub.CrossAttention, req)
+        return rq.result(resp, kind, return_weights, return_lse)
+
+    async def multi_head_attention(self, query: Any, key: Any = None, value: Any = None, *,
+                                   return_weights: bool = False, return_lse: bool = False,
+                                   num_heads: int = 0, num_kv_heads: int = 0,
+                                   per_head_weights: bool = False,
+                                   **kw: Any) -> rq.AttentionResult:
+        """As AttentionClient.multi_head_attention."""
+        kw = _defaults(kw, return_weights, return_lse)
+        kw.pop("scale", None)
+        req, kind = rq.mha_request(query, key, value, num_heads=num_heads,
+                                   num_kv_heads=num_kv_heads, per_head_weights=per_head_weights,
+                                   **kw)
+        resp = await self._call(self.stub.MultiHeadAttention, req)
+        return rq.result(resp, kind, return_weights, return_lse)
+
+    async def list_models(self) -> List[Dict[str, Any]]:
+        return rq.models_of(await self._call(self.stub.ListModels,
+                                             attention_pb2.ListModelsRequest()))
+
+    async def health(self, service: str = "") -> str:
+        resp = await self._call(self._health.Check,
+                                health_pb2.HealthCheckRequest(service=service), auth=False)
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
+
+    async def infer(self, model: str, inputs: Mapping[str, Any], *,
+                    parameters: Optional[Mapping[str, Any]] = None,
+                    wire_dtype: Optional[str] = None) -> Dict[str, Any]:
+        req, like = rq.infer_request(model, inputs, parameters, wire_dtype)
+        return rq.infer_outputs(await self._call(self._oip.ModelInfer, req), like)
+
+
+_KEYWORDS = {"model": None, "projections": None, "causal": False, "causal_alignment": "top_left",
+             "window": None, "alibi_slopes": None, "softcap": None, "sink_logits": None,
+             "scale": None, "key_padding_mask": None, "attn_bias": None,
+             "compute_precision": None, "wire_dtype": None, "encoding": DATA, "dtype": None}
+
+
+def _defaults(kw: Dict[str, Any], return_weights: bool, return_lse: bool) -> Dict[str, Any]:
+    unknown = set(kw) - set(_KEYWORDS)
+    if unknown:
+        raise TypeError(f"unexpected keyword arguments: {sorted(unknown)}")
+    out = dict(_KEYWORDS, **kw)
+    out["return_weights"], out["return_lse"] = return_weights, return_lse
+    return out

@@ -1,0 +1,154 @@
+"""The blocking client."""
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+import grpc
+
+from . import _requests as rq
+from ._arrays import DATA
+from ._pb import attention_pb2, attention_pb2_grpc, health_pb2, health_pb2_grpc, oip_pb2_grpc
+from .errors import AttentionError, from_rpc_error
+
+Window = Optional[Tuple[Optional[int], Optional[int]]]
+
+
+class AttentionClient:
+    """A channel to one attention-server. Every call raises an AttentionError
+    subclass by gRPC code (InvalidArgument, NotFound, ...) carrying the
+    server's message; it is a context manager that closes the channel.
+
+    `tls` (or any PEM path) turns on TLS: the server's certificate must chain
+    to `tls_ca` (default: the system's roots); `tls_cert`/`tls_key` are a
+    client certificate (mutual TLS). `token` (default: $ATTN_TOKEN) goes as
+    `authorization: Bearer <token>`. `timeout` is each call's deadline in
+    seconds; `retry` retries calls the server never took (UNAVAILABLE)."""
+
+    def __init__(self, target: str = "localhost:50051", *, timeout: float = 30.0,
+                 tls: bool = False, tls_ca: Optional[str] = None, tls_cert: Optional[str] = None,
+                 tls_key: Optional[str] = None, token: Optional[str] = None,
+                 max_message_mb: int = 64, retry: bool = False):
+        options = rq.channel_options(max_message_mb, retry)
+        creds = rq.credentials(tls, tls_ca, tls_cert, tls_key)
+        self.channel = (grpc.secure_channel(target, creds, options=options) if creds
+                        else grpc.insecure_channel(target, options=options))
+        self.timeout = timeout
+        self._metadata = rq.auth_metadata(token)
+        self.stub = attention_pb2_grpc.AttentionServiceStub(self.channel)
+        self._health = health_pb2_grpc.HealthStub(self.channel)
+        self._oip = oip_pb2_grpc.GRPCInferenceServiceStub(self.channel)
+        self._closed = False
+
+    def close(self) -> None:
+        """Closes the channel; later calls raise AttentionError."""
+        if not self._closed:
+            self._closed = True
+            self.channel.close()
+
+    def __enter__(self) -> "AttentionClient":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _call(self, method: Callable, request: Any, auth: bool = True) -> Any:
+        if self._closed:
+            raise AttentionError("the client is closed")
+        try:
+            return method(request, timeout=self.timeout, metadata=self._metadata if auth else None)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+
+    def attention(self, query: Any, key: Any = None, value: Any = None, *,
+                  model: Optional[str] = None, projections: Optional[Mapping[str, Any]] = None,
+                  causal: bool = False, causal_alignment: str = "top_left", window: Window = None,
+                  alibi_slopes: Any = None, softcap: Optional[float] = None,
+                  sink_logits: Any = None, scale: Optional[float] = None,
+                  key_padding_mask: Any = None, attn_bias: Any = None,
+                  return_weights: bool = False, return_lse: bool = False,
+                  compute_precision: Optional[str] = None, cu_seqlens_q: Any = None,
+                  cu_seqlens_k: Any = None, wire_dtype: Optional[str] = None,
+                  encoding: str = DATA, dtype: Optional[str] = None) -> rq.AttentionResult:
+        """softmax(Q K^T * scale + mask) V; query alone is self-attention.
+        Query [.., Lq, D], key/value [.., Lk, *] (GQA: [B, Hkv, Lk, *] with
+        Hkv dividing the query's heads). `window` is (left, right), None for
+        unbounded; `cu_seqlens_q/k` make a packed batch ([total, H, D]).
+        `wire_dtype` ("float32", "float16", "bfloat16") is the type on the
+        wire, by default the query's own; `dtype="bfloat16"` marks numpy
+        uint16 arrays as bfloat16 bits."""
+        req, kind = rq.attention_request(
+            query, key, value, model=model, projections=projections, causal=causal,
+            causal_alignment=causal_alignment, window=window, alibi_slopes=alibi_slopes,
+            softcap=softcap, sink_logits=sink_logits, scale=scale,
+            key_padding_mask=key_padding_mask, attn_bias=attn_bias,
+            return_weights=return_weights, return_lse=return_lse,
+            compute_precision=compute_precision, cu_seqlens_q=cu_seqlens_q,
+            cu_seqlens_k=cu_seqlens_k, wire_dtype=wire_dtype, encoding=encoding, dtype=dtype)
+        return rq.result(self._call(self.stub.Attention, req), kind, return_weights, return_lse)
+
+    def cross_attention(self, decoder: Any, encoder: Any, *, model: Optional[str] = None,
+                        projections: Optional[Mapping[str, Any]] = None, causal: bool = False,
+                        causal_alignment: str = "top_left", window: Window = None,
+                        alibi_slopes: Any = None, softcap: Optional[float] = None,
+                        sink_logits: Any = None, scale: Optional[float] = None,
+                        key_padding_mask: Any = None, attn_bias: Any = None,
+                        return_weights: bool = False, return_lse: bool = False,
+                        compute_precision: Optional[str] = None,
+                        wire_dtype: Optional[str] = None, encoding: str = DATA,
+                        dtype: Optional[str] = None) -> rq.AttentionResult:
+        """Queries from `decoder`, keys and values from `encoder`, through a
+        model's or inline projections."""
+        req, kind = rq.cross_request(
+            decoder, encoder, model=model, projections=projections, causal=causal,
+            causal_alignment=causal_alignment, window=window, alibi_slopes=alibi_slopes,
+            softcap=softcap, sink_logits=sink_logits, scale=scale,
+            key_padding_mask=key_padding_mask, attn_bias=attn_bias,
+            return_weights=return_weights, return_lse=return_lse,
+            compute_precision=compute_precision, wire_dtype=wire_dtype, encoding=encoding,
+            dtype=dtype)
+        return rq.result(self._call(self.stub.CrossAttention, req), kind, return_weights,
+                         return_lse)
+
+    def multi_head_attention(self, query: Any, key: Any = None, value: Any = None, *,
+                             model: Optional[str] = None, num_heads: int = 0,
+                             num_kv_heads: int = 0, per_head_weights: bool = False,
+                             projections: Optional[Mapping[str, Any]] = None,
+                             causal: bool = False, causal_alignment: str = "top_left",
+                             window: Window = None, alibi_slopes: Any = None,
+                             softcap: Optional[float] = None, sink_logits: Any = None,
+                             key_padding_mask: Any = None, attn_bias: Any = None,
+                             return_weights: bool = False, return_lse: bool = False,
+                             compute_precision: Optional[str] = None,
+                             wire_dtype: Optional[str] = None, encoding: str = DATA,
+                             dtype: Optional[str] = None) -> rq.AttentionResult:
+        """nn.MultiheadAttention(batch_first=True) semantics; `num_kv_heads`
+        groups inline k/v projections (0: num_heads, or the model's)."""
+        req, kind = rq.mha_request(
+            query, key, value, model=model, num_heads=num_heads, num_kv_heads=num_kv_heads,
+            per_head_weights=per_head_weights, projections=projections, causal=causal,
+            causal_alignment=causal_alignment, window=window, alibi_slopes=alibi_slopes,
+            softcap=softcap, sink_logits=sink_logits, key_padding_mask=key_padding_mask,
+            attn_bias=attn_bias, return_weights=return_weights, return_lse=return_lse,
+            compute_precision=compute_precision, wire_dtype=wire_dtype, encoding=encoding,
+            dtype=dtype)
+        return rq.result(self._call(self.stub.MultiHeadAttention, req), kind, return_weights,
+                         return_lse)
+
+    def list_models(self) -> List[Dict[str, Any]]:
+        """[{name, kind, embed_dim, num_heads, num_kv_heads, kdim, vdim}, ...]"""
+        return rq.models_of(self._call(self.stub.ListModels, attention_pb2.ListModelsRequest()))
+
+    def health(self, service: str = "") -> str:
+        """"SERVING", "NOT_SERVING", ... (health needs no token)."""
+        resp = self._call(self._health.Check, health_pb2.HealthCheckRequest(service=service),
+                          auth=False)
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
+
+    def infer(self, model: str, inputs: Mapping[str, Any], *,
+              parameters: Optional[Mapping[str, Any]] = None,
+              wire_dtype: Optional[str] = None) -> Dict[str, Any]:
+        """One Open Inference Protocol ModelInfer over gRPC: `inputs` by name
+        (query, key, value, masks, alibi_slopes, sink_logits; integer arrays
+        such as cu_seqlens_q go as INT64), `parameters` (causal, scale,
+        causal_alignment, ...). Returns the outputs by name, in the query's
+        kind."""
+        req, like = rq.infer_request(model, inputs, parameters, wire_dtype)
+        return rq.infer_outputs(self._call(self._oip.ModelInfer, req), like)

@@ -1,0 +1,368 @@
+"""The installed attention_client package (client/python) against a real
+attention-server, with pytest (Debian's python3-pytest), run by ctest with
+the venv's python (tests/client/CMakeLists.txt): the package installed with
+pip --no-build-isolation into a fresh --system-site-packages venv.
+
+Checks every dtype round trip (numpy float32/float16/bfloat16 bits, torch
+float32/float16/bfloat16 when torch is importable) against float64, every
+attention option, packed batches, grouped-query projections, OIP infer,
+asyncio (100 concurrent calls), tokens and TLS, each exception type, and bad
+input from Python. ATTN_SERVER_BIN names the server binary.
+"""
+import asyncio
+import os
+import re
+import subprocess
+import tempfile
+import time
+import tracemalloc
+
+import grpc
+import numpy as np
+import pytest
+
+import attention_client as ac
+from attention_client import AttentionClient, AsyncAttentionClient
+
+SERVER = os.environ["ATTN_SERVER_BIN"]
+try:
+    import torch
+except ImportError:  # python3-torch stays out of CI
+    torch = None
+
+
+def start(*args):
+    proc = subprocess.Popen([SERVER, "--host", "127.0.0.1", "--port", "0", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline, port = time.monotonic() + 30, None
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        m = re.search(r"listening on [\d.]+:(\d+)", line)
+        port = int(m.group(1)) if m else port
+        if "SERVING" in line and port:
+            return proc, port
+    proc.kill()
+    raise RuntimeError("attention-server did not start")
+
+
+@pytest.fixture(scope="module")
+def server():
+    proc, port = start()
+    yield f"127.0.0.1:{port}"
+    proc.terminate()
+    proc.wait(timeout=15)
+
+
+@pytest.fixture
+def client(server):
+    with AttentionClient(server) as c:
+        yield c
+
+
+def reference(q, k, v, causal=False, bottom_right=False, window=(None, None), softcap=None,
+              slopes=None, sinks=None, scale=None):
+    """The issue's one definition in float64: q [..., H, Lq, D], k/v [..., Hkv, Lk, *]."""
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    if q.ndim == 4 and k.shape[1] != q.shape[1]:
+        k, v = (np.repeat(x, q.shape[1] // k.shape[1], axis=1) for x in (k, v))
+    lq, lk = q.shape[-2], k.shape[-2]
+    s = q @ np.swapaxes(k, -1, -2) * (scale if scale is not None else 1 / np.sqrt(q.shape[-1]))
+    if softcap:
+        s = softcap * np.tanh(s / softcap)
+    pos = np.arange(lq)[:, None] + (lk - lq if bottom_right else 0)
+    j = np.arange(lk)[None, :]
+    if slopes is not None:
+        s = s - np.asarray(slopes, np.float64)[..., None, None] * np.abs(pos - j)
+    masked = np.zeros((lq, lk), bool)
+    if causal:
+        masked |= j > pos
+    if window[0] is not None:
+        masked |= j < pos - window[0]
+    if window[1] is not None:
+        masked |= j > pos + window[1]
+    s = np.where(masked, -np.inf, s)
+    sink = None if sinks is None else np.asarray(sinks, np.float64)[:, None, None]
+    m = s.max(-1, keepdims=True) if sink is None else np.maximum(s.max(-1, keepdims=True), sink)
+    m = np.where(np.isinf(m), 0, m)
+    e = np.exp(s - m)
+    total = e.sum(-1, keepdims=True) + (0 if sink is None else np.exp(sink - m))
+    out = np.where(total > 0, (e / np.where(total > 0, total, 1)) @ v, 0)
+    lse = np.where(total[..., 0] > 0, (m + np.log(np.where(total > 0, total, 1)))[..., 0], -np.inf)
+    return out, lse
+
+
+def rng_arrays(seed, *shapes):
+    r = np.random.default_rng(seed)
+    return [r.standard_normal(s).astype(np.float32) for s in shapes]
+
+
+def test_installed_outside_the_source_tree():
+    assert ac.__version__ == "0.4.0"
+    here = os.path.dirname(os.path.abspath(__file__))
+    source = os.path.normpath(os.path.join(here, "..", "..", "..", "client", "python"))
+    if os.environ.get("ATTN_EXPECT_INSTALLED") == "1":
+        assert not os.path.abspath(ac.__file__).startswith(source), ac.__file__
+        assert "attention_client._proto" in ac._pb.attention_pb2.__name__
+    assert os.path.exists(os.path.join(os.path.dirname(ac.__file__), "py.typed"))
+
+
+def test_seed_example_and_the_old_tuple(client):
+    x = np.array([[1, 0], [0, 1], [1, 1], [1, 1], [0.5, 1]], np.float32)
+    out, weights = client.attention(x, return_weights=True)  # the old (output, weights) shape
+    want, _ = reference(x, x, x)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+    r = client.attention(x)
+    assert r.weights is None and r.lse is None and r.output.dtype == np.float32
+
+
+@pytest.mark.parametrize("wire", ["float32", "float16", "bfloat16"])
+def test_numpy_dtypes_round_trip(client, wire):
+    q, k, v = rng_arrays(1, (2, 4, 7, 16), (2, 4, 9, 16), (2, 4, 9, 8))
+    ulp = {"float32": 0.0, "float16": 2.0**-11, "bfloat16": 2.0**-8}[wire]
+    if wire == "float16":
+        args, kw = [x.astype(np.float16) for x in (q, k, v)], {}
+        rounded = [x.astype(np.float64) for x in args]
+    elif wire == "bfloat16":
+        args, kw = [ac.bf16_bits(x) for x in (q, k, v)], {"dtype": "bfloat16"}
+        rounded = [ac.bf16_to_float32(x) for x in args]
+    else:
+        args, kw, rounded = [q, k, v], {}, [q, k, v]
+    r = client.attention(*args, causal=True, **kw)
+    want, _ = reference(*rounded, causal=True)
+    got = ac.bf16_to_float32(r.output) if wire == "bfloat16" else r.output.astype(np.float64)
+    assert r.output.dtype == {"float32": np.float32, "float16": np.float16,
+                              "bfloat16": np.uint16}[wire]
+    assert np.all(np.abs(got - want) <= ulp * np.abs(want) + 2e-5), np.abs(got - want).max()
+    # float32 arrays sent as bfloat16 come back widened to float32.
+    r = client.attention(q, k, v, wire_dtype="bfloat16")
+    assert r.output.dtype == np.float32
+    want, _ = reference(*[ac.bf16_to_float32(ac.bf16_bits(x)) for x in (q, k, v)])
+    assert np.all(np.abs(r.output - want) <= 2.0**-8 * np.abs(want) + 2e-5)
+
+
+@pytest.mark.skipif(torch is None, reason="python3-torch is not installed")
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_torch_dtypes_round_trip(client, dtype):
+    q, k, v = rng_arrays(2, (1, 2, 6, 8), (1, 2, 6, 8), (1, 2, 6, 8))
+    tdt = getattr(torch, dtype)
+    tq, tk, tv = (torch.from_numpy(x).to(tdt) for x in (q, k, v))
+    r = client.attention(tq, tk, tv, causal=True, return_lse=True)
+    assert isinstance(r.output, torch.Tensor) and r.output.dtype == tdt
+    assert isinstance(r.lse, torch.Tensor) and r.lse.dtype == torch.float32
+    want, lse = reference(*(t.float().numpy() for t in (tq, tk, tv)), causal=True)
+    ulp = {"float32": 0.0, "float16": 2.0**-11, "bfloat16": 2.0**-8}[dtype]
+    got = r.output.float().numpy().astype(np.float64)
+    assert np.all(np.abs(got - want) <= ulp * np.abs(want) + 2e-5)
+    np.testing.assert_allclose(r.lse.numpy(), lse, rtol=2e-5, atol=2e-5)
+    # And against PyTorch's own SDPA on the same (rounded) inputs, in float64.
+    m = torch.triu(torch.ones(6, 6, dtype=torch.bool), 1)
+    s = tq.double() @ tk.double().transpose(-1, -2) / np.sqrt(8)
+    torch_out = torch.softmax(s.masked_fill(m, float("-inf")), -1) @ tv.double()
+    assert np.all(np.abs(got - torch_out.numpy()) <= ulp * np.abs(want) + 2e-5)
+
+
+def test_every_option_at_once_with_grouped_heads(client):
+    q, k, v = rng_arrays(3, (2, 4, 5, 8), (2, 2, 12, 8), (2, 2, 12, 8))
+    slopes = np.array([[0.5, 0.25, 0.125, 0.0], [0.1, 0.2, 0.3, 0.4]], np.float32)
+    sinks = np.array([0.0, 1.0, -1.0, 2.0], np.float32)
+    r = client.attention(q, k, v, causal=True, causal_alignment="bottom_right", window=(3, 0),
+                         alibi_slopes=slopes, softcap=4.0, sink_logits=sinks, return_lse=True,
+                         compute_precision="float32")
+    want, lse = reference(q, k, v, causal=True, bottom_right=True, window=(3, 0), softcap=4.0,
+                          slopes=slopes, sinks=sinks)
+    np.testing.assert_allclose(r.output, want, rtol=1e-5, atol=2e-6)
+    np.testing.assert_allclose(r.lse, lse, rtol=1e-5, atol=2e-6)
+    # A window without causal, one side unbounded.
+    r = client.attention(q, k, v, window=(None, 1))
+    np.testing.assert_allclose(r.output, reference(q, k, v, window=(None, 1))[0], rtol=1e-5,
+                               atol=2e-6)
+
+
+def test_packed_batch(client):
+    lengths = [(3, 5), (0, 2), (6, 6), (1, 9)]
+    cu_q = np.cumsum([0] + [a for a, _ in lengths])
+    cu_k = np.cumsum([0] + [b for _, b in lengths])
+    q, k, v = rng_arrays(4, (cu_q[-1], 4, 8), (cu_k[-1], 2, 8), (cu_k[-1], 2, 8))
+    r = client.attention(q, k, v, causal=True, causal_alignment="bottom_right",
+                         cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, return_lse=True)
+    assert r.output.shape == (cu_q[-1], 4, 8) and r.lse.shape == (4, cu_q[-1])
+    for s, (lq, _) in enumerate(lengths):
+        if lq == 0:
+            continue
+        qs = q[cu_q[s]:cu_q[s + 1]].transpose(1, 0, 2)[None]
+        ks, vs = (x[cu_k[s]:cu_k[s + 1]].transpose(1, 0, 2)[None] for x in (k, v))
+        want, lse = reference(qs, ks, vs, causal=True, bottom_right=True)
+        np.testing.assert_allclose(r.output[cu_q[s]:cu_q[s + 1]].transpose(1, 0, 2)[None], want,
+                                   rtol=1e-5, atol=2e-6)
+        np.testing.assert_allclose(r.lse[:, cu_q[s]:cu_q[s + 1]][None], lse, rtol=1e-5,
+                                   atol=2e-6)
+    with pytest.raises(ac.InvalidArgument, match="cu_seqlens_k: required with cu_seqlens_q"):
+        client.attention(q, k, v, cu_seqlens_q=cu_q)
+
+
+def test_grouped_query_projections_and_models(client):
+    models = {m["name"]: m for m in client.list_models()}
+    assert models["demo-gqa"]["num_heads"] == 8 and models["demo-gqa"]["num_kv_heads"] == 2
+    r = np.random.default_rng(5)
+    e, h, hkv = 16, 4, 2
+    w = {"q_weight": r.standard_normal((e, e)).astype(np.float32) * 0.3,
+         "k_weight": r.standard_normal((hkv * e // h, e)).astype(np.float32) * 0.3,
+         "v_weight": r.standard_normal((hkv * e // h, e)).astype(np.float32) * 0.3}
+    x = r.standard_normal((1, 5, e)).astype(np.float32)
+    got = client.multi_head_attention(x, num_heads=h, num_kv_heads=hkv, projections=w,
+                                      causal=True).output
+    xq, xk, xv = (x.astype(np.float64) @ w[n].T.astype(np.float64)
+                  for n in ("q_weight", "k_weight", "v_weight"))
+    split = lambda a, heads: a.reshape(1, 5, heads, -1).transpose(0, 2, 1, 3)  # noqa: E731
+    want, _ = reference(split(xq, h), split(xk, hkv), split(xv, hkv), causal=True)
+    np.testing.assert_allclose(got, want.transpose(0, 2, 1, 3).reshape(1, 5, e), rtol=1e-5,
+                               atol=2e-6)
+    assert client.multi_head_attention(np.zeros((1, 3, 256), np.float32),
+                                       model="demo-gqa").output.shape == (1, 3, 256)
+
+
+def test_oip_infer(client):
+    q, k, v = rng_arrays(6, (1, 2, 4, 8), (1, 2, 6, 8), (1, 2, 6, 8))
+    out = client.infer("scaled_dot_product_attention", {"query": q, "key": k, "value": v},
+                       parameters={"causal": True, "causal_alignment": "bottom_right",
+                                   "return_lse": True})
+    want, lse = reference(q, k, v, causal=True, bottom_right=True)
+    np.testing.assert_allclose(out["output"], want, rtol=1e-5, atol=2e-6)
+    np.testing.assert_allclose(out["lse"], lse, rtol=1e-5, atol=2e-6)
+    with pytest.raises(ac.NotFound, match="nope"):
+        client.infer("nope", {"query": q})
+
+
+def test_async_100_concurrent_calls(server):
+    q, k, v = rng_arrays(7, (1, 2, 8, 16), (1, 2, 8, 16), (1, 2, 8, 16))
+    want, _ = reference(q, k, v, causal=True)
+
+    async def main():
+        async with AsyncAttentionClient(server) as c:
+            results = await asyncio.gather(
+                *[c.attention(q, k, v, causal=True) for _ in range(100)])
+            models = await c.list_models()
+            health = await c.health()
+            with pytest.raises(ac.InvalidArgument):
+                await c.attention(q, k[..., :4], v)
+            mha = await c.multi_head_attention(np.zeros((1, 2, 64), np.float32),
+                                               model="demo-mha-small", return_lse=True)
+            return results, models, health, mha
+
+    results, models, health, mha = asyncio.run(asyncio.wait_for(main(), 60))
+    assert len(results) == 100
+    for r in results:
+        np.testing.assert_allclose(r.output, want, rtol=1e-5, atol=2e-6)
+    assert health == "SERVING" and any(m["name"] == "demo-mha" for m in models)
+    assert mha.lse.shape == (1, 4, 2)
+
+
+def test_tokens_and_tls():
+    with tempfile.TemporaryDirectory() as d:
+        tokens = os.path.join(d, "tokens")
+        with open(tokens, "w") as f:
+            f.write("s3cret\n")
+        key, cert = os.path.join(d, "key.pem"), os.path.join(d, "cert.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                        "ec_paramgen_curve:P-256", "-nodes", "-keyout", key, "-out", cert,
+                        "-days", "1", "-subj", "/CN=localhost",
+                        "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+                       check=True, capture_output=True)
+        proc, port = start("--auth-token-file", tokens, "--tls-cert", cert, "--tls-key", key)
+        target = f"127.0.0.1:{port}"
+        x = np.eye(2, dtype=np.float32)
+        try:
+            with AttentionClient(target, tls_ca=cert, token="s3cret") as c:
+                assert c.attention(x).output.shape == (2, 2)
+            with AttentionClient(target, tls_ca=cert) as c:
+                assert c.health() == "SERVING"  # health needs no token
+                with pytest.raises(ac.Unauthenticated):
+                    c.attention(x)
+            os.environ["ATTN_TOKEN"] = "s3cret"
+            try:
+                with AttentionClient(target, tls_ca=cert) as c:
+                    assert c.attention(x).output.shape == (2, 2)
+            finally:
+                del os.environ["ATTN_TOKEN"]
+            with AttentionClient(target, timeout=5) as c:  # plaintext to a TLS server
+                with pytest.raises(ac.Unavailable):
+                    c.attention(x)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=15)
+
+
+def test_each_exception_type(server):
+    x = np.eye(2, dtype=np.float32)
+    with AttentionClient(server) as c:
+        with pytest.raises(ac.InvalidArgument, match="key: last dim must equal") as e:
+            c.attention(x, np.zeros((2, 3), np.float32), np.zeros((2, 3), np.float32))
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "key: last dim" in e.value.details() and isinstance(e.value, grpc.RpcError)
+        assert isinstance(e.value.rpc_error, grpc.RpcError)
+        assert isinstance(e.value, ac.AttentionError)
+        with pytest.raises(ac.NotFound, match="no model named 'nope'"):
+            c.multi_head_attention(x[None], model="nope")
+    proc, port = start("--max-attention-work", "100")
+    try:
+        with AttentionClient(f"127.0.0.1:{port}") as c:
+            with pytest.raises(ac.ResourceExhausted, match="--max-attention-work"):
+                c.attention(np.zeros((64, 64), np.float32))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+    with AttentionClient("127.0.0.1:1", timeout=2) as c:
+        with pytest.raises(ac.Unavailable):
+            c.health()
+    with AttentionClient(server, timeout=1e-4) as c:
+        with pytest.raises(ac.DeadlineExceeded):
+            c.attention(np.zeros((1, 8, 512, 64), np.float32))
+
+    class Fake(grpc.RpcError):  # codes no server path gives yet
+        def __init__(self, code):
+            self._code = code
+
+        def code(self):
+            return self._code
+
+        def details(self):
+            return "why"
+
+    for code, cls in [(grpc.StatusCode.ALREADY_EXISTS, ac.AlreadyExists),
+                      (grpc.StatusCode.ABORTED, ac.Aborted),
+                      (grpc.StatusCode.CANCELLED, ac.Cancelled),
+                      (grpc.StatusCode.PERMISSION_DENIED, ac.PermissionDenied)]:
+        err = ac.errors.from_rpc_error(Fake(code))
+        assert type(err) is cls and err.details() == "why" and err.code() == code
+
+
+def test_bad_input_from_python(server):
+    c = AttentionClient(server)
+    with pytest.raises(TypeError, match="arrays must be float32"):
+        c.attention(np.zeros((2, 2), np.complex64))
+    with pytest.raises(TypeError, match='dtype="bfloat16" needs a uint16'):
+        c.attention(np.zeros((2, 2), np.float32), dtype="bfloat16")
+    with pytest.raises(ValueError, match="wire_dtype"):
+        c.attention(np.zeros((2, 2), np.float32), wire_dtype="fp8")
+    with pytest.raises(ValueError, match="causal_alignment"):
+        c.attention(np.zeros((2, 2), np.float32), causal_alignment="middle")
+    # Non-contiguous views are sent by value, as their contiguous copies.
+    q = np.random.default_rng(8).standard_normal((8, 6)).astype(np.float32)
+    np.testing.assert_array_equal(c.attention(q.T).output,
+                                  c.attention(np.ascontiguousarray(q.T)).output)
+    c.close()
+    with pytest.raises(ac.AttentionError, match="closed"):
+        c.attention(q)
+
+
+def test_no_copy_beyond_the_message():
+    big = np.zeros((64, 1024, 256), np.float32)  # 64 MiB
+    tracemalloc.start()
+    t = ac.to_tensor(big)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert len(t.data) == big.nbytes
+    # The bytes of the message and at most one more buffer of that size.
+    assert peak <= 2.2 * big.nbytes, peak / big.nbytes
