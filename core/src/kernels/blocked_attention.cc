@@ -68,9 +68,18 @@ class BlockedAttention {
         kern_(GetSoftmaxKernels()),
         bq_(block_q),
         nqb_((p.lq + block_q - 1) / block_q),
-        nbh_(p.batch * p.heads) {}
+        nbh_(p.batch * p.heads),
+        group_(TaskGroup(p)),
+        nbg_(p.batch * (p.heads / group_)) {}
 
-  int64_t num_tasks() const { return nbh_ * nqb_; }
+  // Query heads per task: with GQA (and no weights wanted), all the heads
+  // that read one kv head, so that each K/V block is read once for them and
+  // multiplied as one taller block.
+  static int64_t TaskGroup(const AttentionProblem& p) {
+    return p.weights == nullptr && p.kv_group > 1 && p.heads % p.kv_group == 0 ? p.kv_group : 1;
+  }
+
+  int64_t num_tasks() const { return nbg_ * nqb_; }
 
   // Every head at once, for a problem that is one query block and one key
   // block per head and too small for more than one thread: S = Q K^T for all
@@ -164,15 +173,18 @@ class BlockedAttention {
     if (cancelled != nullptr && cancelled->load(std::memory_order_relaxed)) {
       return Status::Cancelled("attention: cancelled");
     }
-    const int64_t qb = nqb_ - 1 - t / nbh_;
-    const int64_t bh = t % nbh_;
-    Block blk{bh / p_.heads, bh % p_.heads, qb * bq_, std::min(bq_, p_.lq - qb * bq_)};
-    const float* q = DenseRows(Row(p_.q, blk.b, blk.h, blk.q0), blk.qn, p_.d, p_.q.stride[2],
-                               p_.q.stride[3], ws.qp);
-    float* out =
-        p_.out + blk.b * p_.out_stride[0] + blk.h * p_.out_stride[1] + blk.q0 * p_.out_stride[2];
-    if (p_.weights != nullptr) return RunExact(blk, q, out, ws);
-    return RunOnline(blk, q, out, ws, cancelled);
+    const int64_t qb = nqb_ - 1 - t / nbg_;
+    const int64_t bg = t % nbg_, groups = p_.heads / group_;
+    // h: the first of the task's group_ query heads.
+    Block blk{bg / groups, (bg % groups) * group_, qb * bq_, std::min(bq_, p_.lq - qb * bq_)};
+    if (p_.weights != nullptr) {
+      const float* q = DenseRows(Row(p_.q, blk.b, blk.h, blk.q0), blk.qn, p_.d, p_.q.stride[2],
+                                 p_.q.stride[3], ws.qp);
+      float* out =
+          p_.out + blk.b * p_.out_stride[0] + blk.h * p_.out_stride[1] + blk.q0 * p_.out_stride[2];
+      return RunExact(blk, q, out, ws);
+    }
+    return RunOnline(blk, ws, cancelled);
   }
 
  private:
@@ -212,12 +224,34 @@ class BlockedAttention {
   // end), which only some rows see, in blocks of kEdgeK, each multiplied
   // for just the rows that see any of its keys. So a causal diagonal costs
   // about a sixth more than its triangle instead of twice it.
-  Status RunOnline(const Block& blk, const float* q, float* out, Workspace& ws,
-                   const std::atomic<bool>* cancelled) const {
-    const int64_t qn = blk.qn, q0 = blk.q0, d = p_.d, dv = p_.dv;
+  // The task's query rows as a dense [qn * G, D] block: one head's rows
+  // when G = 1 (the view itself when dense), else the G heads interleaved
+  // per position.
+  const float* StackedQueries(const Block& blk, Workspace& ws) const {
+    const int64_t g = group_, d = p_.d;
+    if (g == 1) {
+      return DenseRows(Row(p_.q, blk.b, blk.h, blk.q0), blk.qn, d, p_.q.stride[2], p_.q.stride[3],
+                       ws.qp);
+    }
+    float* dst = Workspace::Ensure(ws.qp, blk.qn * g * d);
+    for (int64_t i = 0; i < blk.qn; ++i) {
+      for (int64_t j = 0; j < g; ++j) {
+        CopyRows(Row(p_.q, blk.b, blk.h + j, blk.q0 + i), 1, d, 0, p_.q.stride[3],
+                 dst + (i * g + j) * d);
+      }
+    }
+    return dst;
+  }
+
+  Status RunOnline(const Block& blk, Workspace& ws, const std::atomic<bool>* cancelled) const {
+    // The task's rows: group_ heads per query position, position-major (row
+    // r is position q0 + r / G of head h + r % G), so that the key range
+    // still rises with the row.
+    const int64_t g = group_, qn = blk.qn * g, q0 = blk.q0, d = p_.d, dv = p_.dv;
+    const float* q = StackedQueries(blk, ws);
     int64_t lo_first = 0, hi_first = 0, lo_last = 0, hi_last = 0;
     p_.KeyRange(q0, &lo_first, &hi_first);
-    p_.KeyRange(q0 + qn - 1, &lo_last, &hi_last);
+    p_.KeyRange(q0 + blk.qn - 1, &lo_last, &hi_last);
     const int64_t k_begin = lo_first, k_end = std::max(hi_last, k_begin);
     // The middle: keys every row sees, its ends on the edge grid.
     // (No edge where every row starts, or ends, alike.)
@@ -238,7 +272,7 @@ class BlockedAttention {
     if (static_cast<int64_t>(ws.range.size()) < 2 * qn) ws.range.resize(2 * qn);
     int64_t* lo = ws.range.data();
     int64_t* hi = lo + qn;
-    for (int64_t i = 0; i < qn; ++i) p_.KeyRange(q0 + i, &lo[i], &hi[i]);
+    for (int64_t r = 0; r < qn; ++r) p_.KeyRange(q0 + r / g, &lo[r], &hi[r]);
 
     int64_t k0 = k_begin;
     for (int64_t step = 0; k0 < k_end; ++step) {
@@ -267,7 +301,7 @@ class BlockedAttention {
       Matmul({rows, kn, d, d, d, kn, /*b_transposed=*/true, false, false, 1}, q + r0 * d, k, s);
 
       for (int64_t r = 0; r < rows; ++r) {
-        const int64_t i = r0 + r;
+        const int64_t i = r0 + r, head = blk.h + i % g, pos = q0 + i / g;
         float* row_all = s + r * kn;
         // This row's keys in the block: [a, e). Inside the band no element
         // needs a mask; only the range's ends cut it.
@@ -277,7 +311,7 @@ class BlockedAttention {
         float* row = row_all + a;
         float row_scale = p_.scale;
         if (general_mask && valid > 0) {
-          ApplyScores(row, valid, blk.b, blk.h, q0 + i, k0 + a);
+          ApplyScores(row, valid, blk.b, head, pos, k0 + a);
           row_scale = 1.0f;  // ApplyScores has scaled the row
         }
         std::fill(row_all, row, 0.0f);
@@ -307,9 +341,11 @@ class BlockedAttention {
 
     // Normalise. A fully masked row has l == 0 and gets zeros; a NaN sum stays NaN.
     for (int64_t i = 0; i < qn; ++i) {
-      float* dst = out + i * p_.out_stride[2];
-      const RowFinish f = FinishRow(p_, blk.h, m[i], l[i]);
-      if (p_.lse != nullptr) *p_.LseAt(blk.b, blk.h, q0 + i) = f.lse;
+      const int64_t head = blk.h + i % g, pos = q0 + i / g;
+      float* dst =
+          p_.out + blk.b * p_.out_stride[0] + head * p_.out_stride[1] + pos * p_.out_stride[2];
+      const RowFinish f = FinishRow(p_, head, m[i], l[i]);
+      if (p_.lse != nullptr) *p_.LseAt(blk.b, head, pos) = f.lse;
       if (f.factor == 0.0f) {
         std::fill(dst, dst + dv, 0.0f);
         continue;
@@ -385,6 +421,7 @@ class BlockedAttention {
   const AttentionProblem& p_;
   const SoftmaxKernels& kern_;
   const int64_t bq_, nqb_, nbh_;
+  const int64_t group_, nbg_;  // query heads per task; (batch, group) pairs
 };
 
 }  // namespace
@@ -441,14 +478,23 @@ Status RunTasks(const std::vector<BlockedAttention>& work, int threads,
 // The query block size: halved while the problems' tasks cannot keep the
 // team busy.
 int64_t ChooseBlockQ(const std::vector<const AttentionProblem*>& problems, int threads) {
-  int64_t block_q = kBlockQ;
+  // A task holds block_q positions of G heads (BlockedAttention::TaskGroup):
+  // its rows, block_q * G, start at kBlockQ.
+  const int64_t g = BlockedAttention::TaskGroup(*problems[0]);
+  int64_t rows = kBlockQ;
   auto count = [&](int64_t bq) {
     int64_t n = 0;
-    for (const AttentionProblem* p : problems) n += p->batch * p->heads * ((p->lq + bq - 1) / bq);
+    for (const AttentionProblem* p : problems) {
+      n += p->batch * (p->heads / g) * ((p->lq + bq - 1) / bq);
+    }
     return n;
   };
-  while (block_q > kMinBlockQ && count(block_q) < int64_t{2} * threads) block_q /= 2;
-  return block_q;
+  auto positions = [g](int64_t r) { return std::max<int64_t>(1, r / g); };
+  while (rows > kMinBlockQ && positions(rows) > 1 &&
+         count(positions(rows)) < int64_t{2} * threads) {
+    rows /= 2;
+  }
+  return positions(rows);
 }
 
 }  // namespace
