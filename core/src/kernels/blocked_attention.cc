@@ -182,7 +182,7 @@ class BlockedAttention {
                                  p_.q.stride[3], ws.qp);
       float* out =
           p_.out + blk.b * p_.out_stride[0] + blk.h * p_.out_stride[1] + blk.q0 * p_.out_stride[2];
-      return RunExact(blk, q, out, ws);
+      return RunExactBlock(p_, {blk.b, blk.h, blk.q0, blk.qn}, q, out, {ws.kp, ws.vp, ws.m, ws.o});
     }
     return RunOnline(blk, ws, cancelled);
   }
@@ -351,64 +351,6 @@ class BlockedAttention {
         continue;
       }
       for (int64_t c = 0; c < dv; ++c) dst[c] = o[i * dv + c] * f.factor;
-    }
-    return Status::Ok();
-  }
-
-  // The exact path, for when the weights are wanted and so an [Lq, Lk]
-  // buffer exists anyway: S = Q K^T straight into this block's weight rows,
-  // masks, the oneDNN softmax primitive in place, then O = P V. The rows are
-  // dense (ld = Lk), which keeps oneDNN on its brgemm and jit kernels.
-  Status RunExact(const Block& blk, const float* q, float* out, Workspace& ws) const {
-    const int64_t qn = blk.qn, q0 = blk.q0, lk = p_.lk, d = p_.d, dv = p_.dv;
-    float* w = p_.weights + ((blk.b * p_.heads + blk.h) * p_.lq + q0) * lk;
-    const float* k =
-        DenseRows(KvRow(p_.k, blk.b, blk.h, 0), lk, d, p_.k.stride[2], p_.k.stride[3], ws.kp);
-    const float* v =
-        DenseRows(KvRow(p_.v, blk.b, blk.h, 0), lk, dv, p_.v.stride[2], p_.v.stride[3], ws.vp);
-    Matmul({qn, lk, d, d, d, lk, /*b_transposed=*/true, false, false, 1}, q, k, w);
-
-    float* row_max = Workspace::Ensure(ws.m, qn);
-    for (int64_t i = 0; i < qn; ++i) {
-      float* row = w + i * lk;
-      ApplyScores(row, lk, blk.b, blk.h, q0 + i, 0);
-      int64_t lo = 0, hi = 0;
-      p_.KeyRange(q0 + i, &lo, &hi);
-      hi = std::max(hi, lo);
-      std::fill(row, row + lo, kNegInf);
-      std::fill(row + hi, row + lk, kNegInf);
-      row_max[i] = kern_.scaled_max(row, lk, 1.0f);
-    }
-    if (p_.sink != nullptr || p_.lse != nullptr) {
-      // The sink's logit joins each row's sum, which oneDNN's softmax
-      // primitive cannot express: the row kernels normalise instead.
-      for (int64_t i = 0; i < qn; ++i) {
-        float* row = w + i * lk;
-        const float m = row_max[i];
-        const float mf = p_.sink == nullptr || std::isnan(m) ? m : std::max(m, p_.sink[blk.h]);
-        float lse = kNegInf;
-        if (mf == kNegInf) {
-          std::fill(row, row + lk, 0.0f);
-        } else {
-          const float seen = kern_.exp_sum(row, lk, 1.0f, mf);
-          const float sum = seen + (p_.sink != nullptr ? std::exp(p_.sink[blk.h] - mf) : 0.0f);
-          kern_.scale(row, lk, 1.0f / sum);
-          lse = mf + std::log(sum);
-        }
-        if (p_.lse != nullptr) *p_.LseAt(blk.b, blk.h, q0 + i) = lse;
-      }
-    } else {
-      Softmax({qn, lk, 1}, w);
-      // oneDNN gives NaN (0/0) for a row of -inf; such a row is fully masked.
-      for (int64_t i = 0; i < qn; ++i) {
-        if (row_max[i] == kNegInf) std::fill(w + i * lk, w + (i + 1) * lk, 0.0f);
-      }
-    }
-
-    float* o = Workspace::Ensure(ws.o, qn * dv);
-    Matmul({qn, dv, lk, lk, dv, dv, false, false, false, 1}, w, v, o);
-    for (int64_t i = 0; i < qn; ++i) {
-      std::memcpy(out + i * p_.out_stride[2], o + i * dv, static_cast<size_t>(dv) * sizeof(float));
     }
     return Status::Ok();
   }

@@ -100,6 +100,20 @@ void CopyRows(const float* base, int64_t rows, int64_t cols, int64_t row_stride,
 const float* DenseRows(const float* base, int64_t rows, int64_t cols, int64_t row_stride,
                        int64_t col_stride, FloatBuffer& buf);
 
+// The exact path (exact_attention.cc), for when the weights are wanted and so
+// an [Lq, Lk] buffer exists anyway: S = Q K^T straight into the query
+// block's weight rows, masks, the softmax (oneDNN's primitive, or the row
+// kernels when a sink or the lse is wanted), then O = P V. One (batch, head,
+// query block); `q` is its dense [qn, D] rows; buffers are the caller's.
+struct QueryBlock {
+  int64_t b, h, q0, qn;
+};
+struct ExactBuffers {
+  FloatBuffer &k, &v, &row_max, &o;
+};
+Status RunExactBlock(const AttentionProblem& p, const QueryBlock& blk, const float* q, float* out,
+                     ExactBuffers bufs);
+
 // Computes the problem. Every element of `out` is written; `weights` must be
 // zero-filled by the caller (blocks above the causal diagonal are skipped).
 // Extra memory is O(block sizes), independent of Lq and Lk. Throws nothing.

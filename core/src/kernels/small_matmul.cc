@@ -1,7 +1,7 @@
 #include "kernels/small_matmul.h"
 
-#include "kernels/simd.h"
 #include "support/isa_cap.h"
+#include "support/simd.h"
 
 namespace attn::internal {
 namespace {

@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <limits>
 
-#include "kernels/simd.h"
 #include "support/isa_cap.h"
+#include "support/simd.h"
 
 namespace attn::internal {
 namespace {

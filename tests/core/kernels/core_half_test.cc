@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "attn/half.h"
-#include "kernels/half_kernels.h"
+#include "support/half_kernels.h"
 
 namespace attn {
 namespace {

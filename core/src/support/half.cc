@@ -8,8 +8,8 @@
 
 #include <cstring>
 
-#include "kernels/half_kernels.h"
-#include "kernels/simd.h"
+#include "support/half_kernels.h"
+#include "support/simd.h"
 #include "support/isa_cap.h"
 
 namespace attn {
