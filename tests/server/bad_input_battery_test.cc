@@ -160,6 +160,122 @@ TEST(BadInputBattery, EveryMalformedRequestGetsItsCodeAndTheServerStaysUp) {
   EXPECT_EQ(health, "SERVING");
 }
 
+// The attention variants' fields (issue 23): a valid request (GQA, every
+// option, sometimes a packed batch) with one mutation of an option or of
+// the offsets; each must get INVALID_ARGUMENT naming its field.
+struct OptionMutation {
+  const char* name;
+  const char* field;  // in the message
+  bool packed;        // applies to the packed request
+  std::function<void(attention::v1::AttentionRequest*, std::mt19937&)> apply;
+};
+
+TEST(BadInputBattery, EveryBadVariantOptionGetsInvalidArgumentNamingTheField) {
+  auto s = attn_test::StartTestServer();
+  ASSERT_NE(s, nullptr);
+  client::AttentionClient c(client::Connect(attn_test::Target(*s)));
+  std::mt19937 rng(23);
+  const float nan = std::nanf(""), inf = INFINITY;
+  auto wire = [&](Shape shape) {
+    return client::ToWire(Random(std::move(shape), rng), client::Encoding::kData);
+  };
+  const std::vector<OptionMutation> mutations = {
+      {"negative window", "window_left", false,
+       [](auto* r, auto& g) { r->mutable_options()->set_window_left(-1 - int64_t(g() % 5)); }},
+      {"negative right window", "window_right", true,
+       [](auto* r, auto&) { r->mutable_options()->set_window_right(-3); }},
+      {"softcap 0", "softcap", false, [](auto* r, auto&) { r->mutable_options()->set_softcap(0); }},
+      {"softcap < 0", "softcap", true,
+       [](auto* r, auto&) { r->mutable_options()->set_softcap(-2.5f); }},
+      {"softcap NaN", "softcap", false,
+       [nan](auto* r, auto&) { r->mutable_options()->set_softcap(nan); }},
+      {"softcap Inf", "softcap", false,
+       [inf](auto* r, auto&) { r->mutable_options()->set_softcap(inf); }},
+      {"alibi shape", "alibi_slopes", false,
+       [&](auto* r, auto&) { *r->mutable_options()->mutable_alibi_slopes() = wire({3}); }},
+      {"alibi NaN", "alibi_slopes", true,
+       [nan](auto* r, auto&) {
+         client::HostArray a{{4}, {0.5f, nan, 0.1f, 0.2f}, false};
+         *r->mutable_options()->mutable_alibi_slopes() = client::ToWire(a, client::Encoding::kData);
+       }},
+      {"sink shape", "sink_logits", false,
+       [&](auto* r, auto&) {
+         *r->mutable_options()->mutable_sink_logits() = wire({2, 4});
+       }},
+      {"sink Inf", "sink_logits", true,
+       [inf](auto* r, auto&) {
+         client::HostArray a{{4}, {0, inf, 0, 0}, false};
+         *r->mutable_options()->mutable_sink_logits() = client::ToWire(a, client::Encoding::kData);
+       }},
+      {"kv heads not dividing", "kv heads", false,
+       [&](auto* r, auto&) {
+         *r->mutable_key() = wire({1, 3, 6, 8});
+         *r->mutable_value() = wire({1, 3, 6, 8});
+       }},
+      {"unknown alignment", "options.causal_alignment", false,
+       [](auto* r, auto& g) {
+         r->mutable_options()->set_causal_alignment(
+             static_cast<attention::v1::CausalAlignment>(2 + g() % 9));
+       }},
+      {"unknown precision", "options.compute_precision", true,
+       [](auto* r, auto& g) {
+         r->mutable_options()->set_compute_precision(
+             static_cast<attention::v1::Precision>(3 + g() % 9));
+       }},
+      {"offsets not from 0", "cu_seqlens_q[0]", true,
+       [](auto* r, auto&) { r->set_cu_seqlens_q(0, 1); }},
+      {"offsets falling", "cu_seqlens_k: offsets must not fall", true,
+       [](auto* r, auto&) { r->set_cu_seqlens_k(1, 9); }},
+      {"offsets off the end", "cu_seqlens_q: the last offset", true,
+       [](auto* r, auto&) { r->set_cu_seqlens_q(2, 99); }},
+      {"one list alone", "cu_seqlens_k: required", true,
+       [](auto* r, auto&) { r->clear_cu_seqlens_k(); }},
+      {"differing counts", "cu_seqlens_k: expected 3 offsets", true,
+       [](auto* r, auto&) { r->add_cu_seqlens_k(6); }},
+      {"packed rank 4", "query: rank must be 3", true,
+       [&](auto* r, auto&) {
+         *r->mutable_query() = wire({1, 5, 4, 8});
+       }},
+      {"weights with packed", "return_weights", true,
+       [](auto* r, auto&) { r->set_return_weights(true); }},
+  };
+  std::map<std::string, int> seen;
+  for (int i = 0; i < 200; ++i) {
+    const OptionMutation& m = mutations[rng() % mutations.size()];
+    attention::v1::AttentionRequest req;
+    if (m.packed) {  // two sequences: 2 + 3 queries over 4 + 2 keys
+      *req.mutable_query() = wire({5, 4, 8});
+      *req.mutable_key() = wire({6, 2, 8});
+      *req.mutable_value() = wire({6, 2, 8});
+      for (int64_t x : {0, 2, 5}) req.add_cu_seqlens_q(x);
+      for (int64_t x : {0, 4, 6}) req.add_cu_seqlens_k(x);
+    } else {
+      *req.mutable_query() = wire({1, 4, 5, 8});
+      *req.mutable_key() = wire({1, 2, 6, 8});
+      *req.mutable_value() = wire({1, 2, 6, 8});
+    }
+    req.set_causal(rng() & 1);
+    auto* o = req.mutable_options();
+    o->set_causal_alignment(attention::v1::CAUSAL_ALIGNMENT_BOTTOM_RIGHT);
+    o->set_window_left(3);
+    o->set_softcap(10.0f);
+    *o->mutable_sink_logits() = wire({4});
+    o->set_return_lse(true);
+    m.apply(&req, rng);
+    AttentionResponse resp;
+    const grpc::Status st = c.Attention(req, &resp, std::chrono::seconds(10));
+    ++seen[m.name];
+    EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT)
+        << m.name << ": " << st.error_message();
+    EXPECT_NE(st.error_message().find(m.field), std::string::npos)
+        << m.name << ": " << st.error_message();
+  }
+  EXPECT_EQ(seen.size(), mutations.size()) << "every mutation was tried";
+  std::string health;
+  ASSERT_TRUE(c.Health("", &health).ok());
+  EXPECT_EQ(health, "SERVING");
+}
+
 // The same for the Open Inference Protocol: a valid ModelInferRequest (SDPA
 // or a model, raw or typed) with one mutation whose answer is known.
 struct OipMutation {
