@@ -1,8 +1,16 @@
-"""Kept for old imports: the seed's modules live in attention_client/seed_modules.py."""
+"""Kept for old imports: the seed's modules live in attention_client/seed_modules.py.
+Importing this gives that module itself, so that isinstance checks agree."""
+import importlib.util
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "attention_client"))
-from seed_modules import *  # noqa: E402,F401,F403
-from seed_modules import (CrossAttention, MultiHeadSelfAttention, SelfAttention,  # noqa: E402,F401
-                          scaled_dot_product_attention)
+try:
+    from attention_client import seed_modules as _real
+except ImportError:  # the package is not importable (no stubs): load the file
+    _spec = importlib.util.spec_from_file_location(
+        "attention_client_seed_modules",
+        os.path.join(os.path.dirname(os.path.abspath(__file__)), "attention_client",
+                     "seed_modules.py"))
+    _real = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_real)
+sys.modules[__name__] = _real
