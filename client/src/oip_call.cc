@@ -5,15 +5,16 @@
 namespace attn::client {
 namespace {
 
-// One input: raw bytes (the encoding's `data`) or typed contents (`values`).
-void AddInput(const std::string& name, const HostArray& a, const CallSpec& s,
-              inference::ModelInferRequest* req) {
-  const wire::WireType type = a.is_bool ? wire::WireType::kBool : s.dtype;
+// One input: raw bytes (the encoding's `data`) or typed contents (`values`),
+// floats as `float_type`.
+void AddInput(const std::string& name, const HostArray& a, Encoding encoding,
+              wire::WireType float_type, inference::ModelInferRequest* req) {
+  const wire::WireType type = a.is_bool ? wire::WireType::kBool : float_type;
   auto* in = req->add_inputs();
   in->set_name(name);
   in->set_datatype(wire::OipDatatype(type));
   in->mutable_shape()->Add(a.shape.begin(), a.shape.end());
-  if (s.encoding == Encoding::kValues) {
+  if (encoding == Encoding::kValues) {
     if (a.is_bool) {
       for (float v : a.values) in->mutable_contents()->add_bool_contents(v != 0);
     } else {
@@ -58,18 +59,18 @@ StatusOr<inference::ModelInferRequest> BuildOipRequest(const CallSpec& s) {
   }
   inference::ModelInferRequest req;
   req.set_model_name(s.model.empty() ? "scaled_dot_product_attention" : s.model);
-  AddInput("query", s.query, s, &req);
+  AddInput("query", s.query, s.encoding, s.dtype, &req);
   if (s.key) {
-    AddInput("key", *s.key, s, &req);
+    AddInput("key", *s.key, s.encoding, s.dtype, &req);
     // Cross-attention: the encoder is both key and value.
-    AddInput("value", s.op == "cross" || !s.value ? *s.key : *s.value, s, &req);
+    AddInput("value", s.op == "cross" || !s.value ? *s.key : *s.value, s.encoding, s.dtype, &req);
   }
   if (s.key_padding_mask) {
     HostArray m = *s.key_padding_mask;
     m.is_bool = true;
-    AddInput("key_padding_mask", m, s, &req);
+    AddInput("key_padding_mask", m, s.encoding, s.dtype, &req);
   }
-  if (s.attn_bias) AddInput("attn_bias", *s.attn_bias, s, &req);
+  if (s.attn_bias) AddInput("attn_bias", *s.attn_bias, s.encoding, s.dtype, &req);
   BoolParameter("causal", s.causal, &req);
   BoolParameter("return_weights", s.return_weights, &req);
   BoolParameter("per_head_weights", s.per_head_weights, &req);
@@ -85,10 +86,10 @@ StatusOr<inference::ModelInferRequest> BuildOipRequest(const CallSpec& s) {
     params["compute_precision"].set_string_param(v.compute_precision == "bfloat16" ? "bf16"
                                                                                    : "fp32");
   }
-  CallSpec f32 = s;  // slopes and sinks are FP32 whatever --dtype says
-  f32.dtype = wire::WireType::kFloat32;
-  if (v.alibi_slopes) AddInput("alibi_slopes", *v.alibi_slopes, f32, &req);
-  if (v.sink_logits) AddInput("sink_logits", *v.sink_logits, f32, &req);
+  // Slopes and sinks are FP32 whatever --dtype says.
+  const wire::WireType f32 = wire::WireType::kFloat32;
+  if (v.alibi_slopes) AddInput("alibi_slopes", *v.alibi_slopes, s.encoding, f32, &req);
+  if (v.sink_logits) AddInput("sink_logits", *v.sink_logits, s.encoding, f32, &req);
   for (const auto& [name, offsets] :
        {std::pair{"cu_seqlens_q", &v.cu_seqlens_q}, std::pair{"cu_seqlens_k", &v.cu_seqlens_k}}) {
     if (offsets->empty()) continue;
