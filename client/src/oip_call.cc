@@ -100,12 +100,7 @@ StatusOr<inference::ModelInferRequest> BuildOipRequest(const CallSpec& s) {
     if (s.encoding == Encoding::kValues) {
       in->mutable_contents()->mutable_int64_contents()->Add(offsets->begin(), offsets->end());
     } else {  // raw: little-endian int64, as every raw input
-      std::string* raw = req.add_raw_input_contents();
-      raw->resize(offsets->size() * 8);
-      for (size_t e = 0; e < offsets->size(); ++e) {
-        const auto u = static_cast<uint64_t>((*offsets)[e]);
-        for (int b = 0; b < 8; ++b) (*raw)[e * 8 + b] = static_cast<char>((u >> (8 * b)) & 0xff);
-      }
+      *req.add_raw_input_contents() = wire::Int64ToRaw(*offsets);
     }
   }
   if (v.num_kv_heads != 0) {

@@ -139,6 +139,18 @@ TEST(RequestBuilder, OipAndNativeAnswersAreBitIdentical) {
 // Every variant flag's value reaches the server the same way over
 // attention.v1 and over OIP: the same bits out, the lse included, for SDPA
 // with grouped-query shapes and for a model's MHA.
+// The two protocols' answers to one call: the same output and lse, bit for bit.
+void ExpectSameOutputAndLse(const attention::v1::AttentionResponse& native,
+                            const attention::v1::AttentionResponse& oip) {
+  for (auto [a, b] :
+       {std::pair{&native.output(), &oip.output()}, std::pair{&native.lse(), &oip.lse()}}) {
+    auto x = client::FromWire(*a, "native"), y = client::FromWire(*b, "oip");
+    ASSERT_TRUE(x.ok() && y.ok()) << x.status().ToString() << y.status().ToString();
+    EXPECT_EQ(x->shape, y->shape);
+    EXPECT_EQ(x->values, y->values);
+  }
+}
+
 TEST(RequestBuilder, VariantsTravelAlikeOverBothProtocols) {
   auto server = attn_test::StartTestServer();
   ASSERT_NE(server, nullptr);
@@ -187,13 +199,7 @@ TEST(RequestBuilder, VariantsTravelAlikeOverBothProtocols) {
     EXPECT_EQ(call->infer.parameters().at("compute_precision").string_param(), "bf16");
     st = c.Call(*call, &oip);
     ASSERT_TRUE(st.ok()) << st.error_message();
-    for (auto [a, b] :
-         {std::pair{&native.output(), &oip.output()}, std::pair{&native.lse(), &oip.lse()}}) {
-      auto x = client::FromWire(*a, "native"), y = client::FromWire(*b, "oip");
-      ASSERT_TRUE(x.ok() && y.ok()) << x.status().ToString() << y.status().ToString();
-      EXPECT_EQ(x->shape, y->shape);
-      EXPECT_EQ(x->values, y->values);
-    }
+    ExpectSameOutputAndLse(native, oip);
   }
 }
 
@@ -228,13 +234,7 @@ TEST(RequestBuilder, PackedBatchTravelsAlikeOverBothProtocols) {
     ASSERT_TRUE(call.ok()) << call.status().ToString();
     st = c.Call(*call, &oip);
     ASSERT_TRUE(st.ok()) << st.error_message();
-    for (auto [a, b] :
-         {std::pair{&native.output(), &oip.output()}, std::pair{&native.lse(), &oip.lse()}}) {
-      auto x = client::FromWire(*a, "native"), y = client::FromWire(*b, "oip");
-      ASSERT_TRUE(x.ok() && y.ok()) << x.status().ToString() << y.status().ToString();
-      EXPECT_EQ(x->shape, y->shape);
-      EXPECT_EQ(x->values, y->values);
-    }
+    ExpectSameOutputAndLse(native, oip);
     auto lse = client::FromWire(native.lse(), "lse");
     ASSERT_TRUE(lse.ok());
     EXPECT_EQ(lse->shape, (Shape{4, 7}));

@@ -210,6 +210,25 @@ Status DecodeTensor(const WireTensor& t, const std::string& field, DataType expe
   return Status::Ok();
 }
 
+std::string Int64ToRaw(const std::vector<int64_t>& values) {
+  std::string raw(values.size() * 8, '\0');
+  for (size_t e = 0; e < values.size(); ++e) {
+    const auto u = static_cast<uint64_t>(values[e]);
+    for (int b = 0; b < 8; ++b) raw[e * 8 + b] = static_cast<char>((u >> (8 * b)) & 0xff);
+  }
+  return raw;
+}
+
+std::vector<int64_t> Int64FromRaw(std::string_view raw) {
+  std::vector<int64_t> values(raw.size() / 8);
+  for (size_t e = 0; e < values.size(); ++e) {
+    uint64_t u = 0;
+    for (int b = 7; b >= 0; --b) u = (u << 8) | static_cast<uint8_t>(raw[e * 8 + b]);
+    values[e] = static_cast<int64_t>(u);
+  }
+  return values;
+}
+
 void NarrowInto(const float* src, int64_t n, WireType type, char* dst) {
   if (n <= 0) return;  // an empty tensor's data may be null
   if (IsHalf(type)) {

@@ -197,12 +197,7 @@ Status ReadOffsets(const ModelInferRequest& req, int i, std::vector<int64_t>* ds
                                      std::to_string(n * 8) + " bytes (" + std::to_string(n) +
                                      " INT64), got " + std::to_string(raw.size()));
     }
-    dst->resize(static_cast<size_t>(n));
-    for (int64_t e = 0; e < n; ++e) {
-      uint64_t u = 0;
-      for (int b = 7; b >= 0; --b) u = (u << 8) | static_cast<uint8_t>(raw[e * 8 + b]);
-      (*dst)[e] = static_cast<int64_t>(u);
-    }
+    *dst = wire::Int64FromRaw(raw);
     return Status::Ok();
   }
   const std::string other = OtherContents(in.contents(), "int64_contents");

@@ -168,14 +168,14 @@ Status ParseInput(const JsonValue& in, const std::string& where, std::string_vie
                                  " values, got " + std::to_string(values.size()));
   }
   if (t->datatype() == "INT64") {  // offsets (cu_seqlens_q/k): little-endian int64
-    raw->resize(values.size() * 8);
+    std::vector<int64_t> ints(values.size());
     for (size_t e = 0; e < values.size(); ++e) {
       if (values[e] != std::floor(values[e]) || std::abs(values[e]) > 9.0e15) {
         return Bad(at + ".data", "INT64 values must be integers, got " + std::to_string(values[e]));
       }
-      auto u = static_cast<uint64_t>(static_cast<int64_t>(values[e]));
-      for (int b = 0; b < 8; ++b) (*raw)[e * 8 + b] = static_cast<char>((u >> (8 * b)) & 0xff);
+      ints[e] = static_cast<int64_t>(values[e]);
     }
+    *raw = wire::Int64ToRaw(ints);
     return Status::Ok();
   }
   if (type != wire::WireType::kOther) *raw = ToRaw(values, type);  // else refused by datatype

@@ -83,6 +83,11 @@ Status DecodeTensor(const attention::v1::Tensor& t, const std::string& field, Da
 // type rounded to nearest even); `dst` holds n * WireTypeBytes(type) bytes.
 void NarrowInto(const float* src, int64_t n, WireType type, char* dst);
 
+// INT64 values as OIP's raw bytes (little-endian, 8 each), and back; `raw`
+// must hold a multiple of 8 bytes. For the cu_seqlens offsets.
+std::string Int64ToRaw(const std::vector<int64_t>& values);
+std::vector<int64_t> Int64FromRaw(std::string_view raw);
+
 // Writes `src` into `dst` in `encoding`, as `type` (kFloat32, kFloat16 or
 // kBFloat16; the half types always as `data`).
 void EncodeTensor(const Tensor& src, WireType type, Encoding encoding, attention::v1::Tensor* dst);
