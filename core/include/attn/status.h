@@ -147,3 +147,12 @@ auto GuardExceptions(const std::string& what, F&& f) -> decltype(f()) {
     ::attn::Status attn_status_ = (expr);        \
     if (!attn_status_.ok()) return attn_status_; \
   } while (0)
+
+#define ATTN_STATUS_CONCAT_INNER_(a, b) a##b
+#define ATTN_STATUS_CONCAT_(a, b) ATTN_STATUS_CONCAT_INNER_(a, b)
+// `decl = value of expr`, or return expr's error. expr is a StatusOr.
+#define ATTN_ASSIGN_OR_RETURN(decl, expr)                                           \
+  auto ATTN_STATUS_CONCAT_(attn_statusor_, __LINE__) = (expr);                      \
+  if (!ATTN_STATUS_CONCAT_(attn_statusor_, __LINE__).ok())                          \
+    return ATTN_STATUS_CONCAT_(attn_statusor_, __LINE__).status();                  \
+  decl = std::move(ATTN_STATUS_CONCAT_(attn_statusor_, __LINE__)).value()

@@ -1,0 +1,138 @@
+// KV-cache sessions: the keys and values of each sequence kept in a paged
+// pool, and Extend, which appends a step's keys and values to a layer and
+// attends its queries over everything the layer then holds.
+//
+// Storage: one pool of fixed-size pages (KvStoreOptions::page_bytes), cut
+// from one reservation so that memory never fragments. A page belongs to one
+// (layer, kv head) and holds `tokens_per_page` tokens: their keys [T, D] then
+// their values [T, Dv], contiguous D-vectors in the cache's type (float32,
+// or bfloat16/float16 kept as stored). Pages are reference-counted: a fork
+// shares every page and copies one only when a side writes into a shared
+// page (copy-on-write). The pool never over-commits: bytes_used() <=
+// bytes_limit() always.
+//
+// Thread safety: every member of KvCacheStore may be called concurrently.
+// Two Extends on the same (session, layer) at once: the second gets ABORTED
+// ("busy"). An Extend that fails or is cancelled changes no session.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attn/attention.h"
+#include "attn/status.h"
+#include "attn/tensor.h"
+
+namespace attn {
+
+// How a cache stores its keys and values.
+enum class CacheType { kFloat32, kBFloat16, kFloat16 };
+// "float32", "bfloat16" or "float16".
+const char* CacheTypeName(CacheType type);
+// Bytes per element: 4 or 2.
+int CacheTypeBytes(CacheType type);
+
+struct KvSessionSpec {
+  std::string session_id;    // [A-Za-z0-9._-]{1,128}; empty: the store makes one
+  int64_t num_layers = 1;    // >= 1
+  int64_t num_kv_heads = 1;  // >= 1
+  int64_t head_dim = 0;      // D >= 1
+  int64_t value_dim = 0;     // Dv; 0 means head_dim
+  CacheType cache_type = CacheType::kFloat32;
+  int64_t max_tokens = 0;  // per layer; 0: the store's default
+};
+
+struct KvSessionInfo {
+  KvSessionSpec spec;                 // as created, value_dim and max_tokens resolved
+  std::vector<int64_t> layer_tokens;  // tokens each layer holds
+  int64_t cache_bytes = 0;            // its pages (a page shared with a fork counts in both)
+  int64_t tokens_per_page = 0;
+};
+
+struct KvStoreOptions {
+  int64_t pool_bytes = int64_t{1024} << 20;  // --kv-cache-mb
+  // Every page's size. 32 KiB holds 64 tokens of a bf16 D = 128 head.
+  int64_t page_bytes = 32 << 10;
+  int64_t max_sessions = 4096;
+  int64_t default_max_tokens = 131072;  // --max-session-tokens
+};
+
+// One step of an Extend: a session, its queries and the keys and values to
+// append. query [Hq, n_q, D] with Hq a multiple of num_kv_heads, n_q >= 0;
+// key [num_kv_heads, n_kv, D] and value [num_kv_heads, n_kv, Dv], both or
+// neither (none: n_kv = 0). Views may be strided.
+struct KvStep {
+  std::string session_id;
+  TensorView query;
+  std::optional<TensorView> key, value;
+};
+
+struct KvExtendOptions {
+  // Query t of a step sits at position L_after - n_q + t (bottom-right);
+  // with causal it sees keys at positions <= its own, without it every key.
+  bool causal = true;
+  std::optional<float> scale;                        // default 1/sqrt(D); finite
+  std::optional<int64_t> window_left, window_right;  // >= 0; unset: unbounded
+  // softcap; alibi_slopes float32 [Hq] or [steps, Hq]; sink_logits [Hq];
+  // return_lse gives each result an lse [Hq, n_q].
+  AttentionScoreOptions score;
+  const std::atomic<bool>* cancelled = nullptr;  // polled; CANCELLED, nothing changed
+  int num_threads = 0;                           // 0 means ComputeThreads()
+};
+
+// Per step: output [Hq, n_q, Dv] (+ lse [Hq, n_q]).
+struct KvExtendResult {
+  std::vector<AttentionResult> results;
+};
+
+class KvCacheStore {
+ public:
+  // Reserves address space for the pool (pages are touched only when used).
+  // pool_bytes is rounded down to whole pages.
+  explicit KvCacheStore(const KvStoreOptions& options);
+  ~KvCacheStore();
+  KvCacheStore(const KvCacheStore&) = delete;
+  KvCacheStore& operator=(const KvCacheStore&) = delete;
+
+  // ALREADY_EXISTS for a taken id, INVALID_ARGUMENT for a bad spec,
+  // RESOURCE_EXHAUSTED past max_sessions. Allocates no page.
+  StatusOr<KvSessionInfo> Create(const KvSessionSpec& spec);
+  // NOT_FOUND for an unknown (or expired) session.
+  StatusOr<KvSessionInfo> Get(const std::string& id);
+  // The steps' sessions must be distinct. All or nothing: on any error,
+  // cancellation included, no session changes.
+  StatusOr<KvExtendResult> Extend(int64_t layer, const std::vector<KvStep>& steps,
+                                  const KvExtendOptions& options);
+  // Validates an Extend as Extend would (sessions, shapes, limits: not the
+  // pool or busy layers) and returns its cost, computing nothing.
+  StatusOr<AttentionCost> EstimateExtend(int64_t layer, const std::vector<KvStep>& steps,
+                                         const KvExtendOptions& options);
+  // Copy-on-write: shares every page, copies none. new_id empty: made up.
+  StatusOr<KvSessionInfo> Fork(const std::string& id, const std::string& new_id);
+  // Keeps the first `tokens` of every layer (>= 0). ABORTED while a layer is busy.
+  StatusOr<KvSessionInfo> Truncate(const std::string& id, int64_t tokens);
+  // Returns what it deleted. Pages are freed once no fork holds them.
+  StatusOr<KvSessionInfo> Delete(const std::string& id);
+  std::vector<KvSessionInfo> List();
+
+  // Deletes the sessions idle (no call touching them, none in flight) for
+  // at least `idle`; returns how many.
+  int64_t ExpireIdle(std::chrono::steady_clock::duration idle);
+
+  int64_t bytes_used() const;
+  int64_t bytes_limit() const;
+  int64_t num_sessions() const;
+  const KvStoreOptions& options() const;
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace attn

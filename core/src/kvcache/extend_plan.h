@@ -1,0 +1,35 @@
+// An Extend's steps as planned and reserved (kv_extend.cc), and their
+// attention over the pages (kv_attend.cc). Internal to core (kvcache/).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "attn/kv_cache.h"
+#include "kvcache/session.h"
+
+namespace attn::internal {
+
+// One step: its session, sizes, and the layer's pages after the append.
+struct StepPlan {
+  std::shared_ptr<KvSession> session;
+  const KvStep* step = nullptr;
+  int64_t hq = 0, n = 0, nkv = 0, before = 0, after = 0;
+  std::vector<PageId> table;         // the layer's pages after the append
+  std::vector<PageId> fresh;         // taken from the pool by this call
+  std::vector<PageId> replaced;      // shared pages copied before writing: released on commit
+  std::vector<int64_t> cow_heads;    // kv heads whose shared last page is copied
+  bool busy = false;                 // this call marked the layer busy
+  std::vector<float> slopes, sinks;  // per query head, when given
+};
+
+// Writes each step's keys and values into its pages (plan.table), rounded
+// to the cache's type.
+void WriteSteps(const std::vector<StepPlan>& plans, PagePool* pool);
+
+// Attends each step's queries over its layer's pages (plan.table, `after`
+// tokens). results[i] gets output [Hq, n, Dv] (+ lse [Hq, n]).
+Status AttendSteps(const std::vector<StepPlan>& plans, const KvExtendOptions& o, PagePool* pool,
+                   std::vector<AttentionResult>* results);
+
+}  // namespace attn::internal

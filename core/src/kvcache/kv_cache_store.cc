@@ -1,0 +1,275 @@
+// KvCacheStore's sessions: create, find, fork, truncate, delete, expire.
+// Extend, the one call that writes pages, is kv_extend.cc.
+#include <algorithm>
+#include <cstdio>
+
+#include "kvcache/session.h"
+
+namespace attn {
+
+using internal::KvLayer;
+using internal::KvSession;
+using internal::PageId;
+using internal::SteadyClock;
+
+const char* CacheTypeName(CacheType type) {
+  switch (type) {
+    case CacheType::kFloat32:
+      return "float32";
+    case CacheType::kBFloat16:
+      return "bfloat16";
+    case CacheType::kFloat16:
+      return "float16";
+  }
+  return "float32";
+}
+
+int CacheTypeBytes(CacheType type) { return type == CacheType::kFloat32 ? 4 : 2; }
+
+namespace internal {
+
+KvSession::KvSession(const KvSessionSpec& s, int64_t tpp, PagePool* p)
+    : spec(s),
+      tokens_per_page(tpp),
+      pool(p),
+      layers(static_cast<size_t>(s.num_layers)),
+      last_used(SteadyClock::now()) {}
+
+KvSession::~KvSession() {
+  for (KvLayer& l : layers) pool->Release(l.pages.data(), static_cast<int64_t>(l.pages.size()));
+}
+
+KvSessionInfo KvSession::InfoLocked() const {
+  KvSessionInfo info;
+  info.spec = spec;
+  info.tokens_per_page = tokens_per_page;
+  int64_t pages = 0;
+  for (const KvLayer& l : layers) {
+    info.layer_tokens.push_back(l.tokens);
+    pages += static_cast<int64_t>(l.pages.size());
+  }
+  info.cache_bytes = pages * pool->page_bytes();
+  return info;
+}
+
+Status CheckSessionId(const std::string& id, const char* field) {
+  const bool ok_len = !id.empty() && id.size() <= 128;
+  const bool ok_chars = std::all_of(id.begin(), id.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == '-';
+  });
+  if (ok_len && ok_chars) return Status::Ok();
+  return Status::InvalidArgument(std::string(field) + ": must match [A-Za-z0-9._-]{1,128}, got '" +
+                                 id.substr(0, 160) + "' (" + std::to_string(id.size()) +
+                                 " characters)");
+}
+
+std::string NotFoundMessage(const std::string& id, const std::string& where) {
+  return where + "session '" + id +
+         "' not found: it may have expired (--session-idle-timeout), been deleted, or been lost "
+         "in a server restart (sessions are not persisted); create it again";
+}
+
+}  // namespace internal
+
+KvCacheStore::Impl::Impl(const KvStoreOptions& o)
+    : options(o), pool(o.pool_bytes, o.page_bytes), rng(std::random_device{}()) {}
+
+StatusOr<std::shared_ptr<internal::KvSession>> KvCacheStore::Impl::Find(const std::string& id,
+                                                                        const std::string& where) {
+  std::lock_guard<std::mutex> lock(map_mu);
+  auto it = sessions.find(id);
+  if (it == sessions.end()) return Status::NotFound(internal::NotFoundMessage(id, where));
+  return it->second;
+}
+
+Status KvCacheStore::Impl::CheckNewIdLocked(std::string* id) {
+  if (static_cast<int64_t>(sessions.size()) >= options.max_sessions) {
+    return Status::ResourceExhausted(
+        "sessions: " + std::to_string(sessions.size()) + " live, the limit (--max-sessions " +
+        std::to_string(options.max_sessions) + "); delete sessions or raise the limit");
+  }
+  if (id->empty()) {
+    do {
+      char buf[24];
+      std::snprintf(buf, sizeof(buf), "s-%016llx", static_cast<unsigned long long>(rng()));
+      *id = buf;
+    } while (sessions.count(*id) != 0);
+    return Status::Ok();
+  }
+  if (sessions.count(*id) != 0) {
+    return Status::AlreadyExists("session '" + *id + "' already exists");
+  }
+  return Status::Ok();
+}
+
+KvCacheStore::KvCacheStore(const KvStoreOptions& options)
+    : impl_(std::make_unique<Impl>(options)) {}
+
+KvCacheStore::~KvCacheStore() = default;
+
+namespace {
+
+Status CheckSpec(KvSessionSpec* s, const KvStoreOptions& o, int64_t* tokens_per_page) {
+  auto positive = [](int64_t v, int64_t most, const char* name) {
+    if (v >= 1 && v <= most) return Status::Ok();
+    return Status::InvalidArgument(std::string(name) + ": must be in [1, " + std::to_string(most) +
+                                   "], got " + std::to_string(v));
+  };
+  ATTN_RETURN_IF_ERROR(positive(s->num_layers, 4096, "num_layers"));
+  ATTN_RETURN_IF_ERROR(positive(s->num_kv_heads, 4096, "num_kv_heads"));
+  ATTN_RETURN_IF_ERROR(positive(s->head_dim, 65536, "head_dim"));
+  if (s->value_dim < 0 || s->value_dim > 65536) {
+    return Status::InvalidArgument("value_dim: must be in [0, 65536] (0: head_dim), got " +
+                                   std::to_string(s->value_dim));
+  }
+  if (s->value_dim == 0) s->value_dim = s->head_dim;
+  const int64_t token_bytes = (s->head_dim + s->value_dim) * CacheTypeBytes(s->cache_type);
+  if (token_bytes > o.page_bytes) {
+    return Status::InvalidArgument("head_dim + value_dim: one token of one head takes " +
+                                   std::to_string(token_bytes) + " bytes as " +
+                                   CacheTypeName(s->cache_type) + ", more than a page (" +
+                                   std::to_string(o.page_bytes) + " bytes)");
+  }
+  if (s->max_tokens < 0 || s->max_tokens > o.default_max_tokens) {
+    return Status::InvalidArgument(
+        "max_tokens: must be in [0, " + std::to_string(o.default_max_tokens) +
+        "] (0: --max-session-tokens, also the most), got " + std::to_string(s->max_tokens));
+  }
+  if (s->max_tokens == 0) s->max_tokens = o.default_max_tokens;
+  *tokens_per_page = o.page_bytes / token_bytes;
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<KvSessionInfo> KvCacheStore::Create(const KvSessionSpec& spec) {
+  KvSessionSpec s = spec;
+  if (!s.session_id.empty())
+    ATTN_RETURN_IF_ERROR(internal::CheckSessionId(s.session_id, "session_id"));
+  int64_t tpp = 0;
+  ATTN_RETURN_IF_ERROR(CheckSpec(&s, impl_->options, &tpp));
+  std::lock_guard<std::mutex> lock(impl_->map_mu);
+  ATTN_RETURN_IF_ERROR(impl_->CheckNewIdLocked(&s.session_id));
+  auto session = std::make_shared<KvSession>(s, tpp, &impl_->pool);
+  impl_->sessions.emplace(s.session_id, session);
+  return session->InfoLocked();
+}
+
+StatusOr<KvSessionInfo> KvCacheStore::Get(const std::string& id) {
+  ATTN_ASSIGN_OR_RETURN(auto session, impl_->Find(id, ""));
+  std::lock_guard<std::mutex> lock(session->mu);
+  session->last_used = SteadyClock::now();
+  return session->InfoLocked();
+}
+
+StatusOr<KvSessionInfo> KvCacheStore::Fork(const std::string& id, const std::string& new_id) {
+  std::string child_id = new_id;
+  if (!child_id.empty()) ATTN_RETURN_IF_ERROR(internal::CheckSessionId(child_id, "new_session_id"));
+  std::lock_guard<std::mutex> lock(impl_->map_mu);
+  auto it = impl_->sessions.find(id);
+  if (it == impl_->sessions.end()) {
+    return Status::NotFound(internal::NotFoundMessage(id, "fork: "));
+  }
+  ATTN_RETURN_IF_ERROR(impl_->CheckNewIdLocked(&child_id));
+  KvSession& parent = *it->second;
+  KvSessionSpec spec = parent.spec;
+  spec.session_id = child_id;
+  auto child = std::make_shared<KvSession>(spec, parent.tokens_per_page, &impl_->pool);
+  {
+    // The committed pages only: an Extend in flight on the parent commits
+    // to the parent alone.
+    std::lock_guard<std::mutex> plock(parent.mu);
+    for (size_t i = 0; i < parent.layers.size(); ++i) {
+      child->layers[i].tokens = parent.layers[i].tokens;
+      child->layers[i].pages = parent.layers[i].pages;
+      impl_->pool.Retain(child->layers[i].pages.data(),
+                         static_cast<int64_t>(child->layers[i].pages.size()));
+    }
+    parent.last_used = SteadyClock::now();
+  }
+  impl_->sessions.emplace(child_id, child);
+  return child->InfoLocked();
+}
+
+StatusOr<KvSessionInfo> KvCacheStore::Truncate(const std::string& id, int64_t tokens) {
+  if (tokens < 0) {
+    return Status::InvalidArgument("tokens: must be >= 0 (the tokens to keep), got " +
+                                   std::to_string(tokens));
+  }
+  ATTN_ASSIGN_OR_RETURN(auto session, impl_->Find(id, "truncate: "));
+  std::lock_guard<std::mutex> lock(session->mu);
+  if (session->busy_layers > 0) {
+    return Status::Aborted("session '" + id +
+                           "' is busy: an Extend is in flight on it; truncate after it ends");
+  }
+  const int64_t hkv = session->spec.num_kv_heads, tpp = session->tokens_per_page;
+  for (KvLayer& l : session->layers) {
+    if (tokens >= l.tokens) continue;
+    const size_t keep = static_cast<size_t>((tokens + tpp - 1) / tpp * hkv);
+    impl_->pool.Release(l.pages.data() + keep, static_cast<int64_t>(l.pages.size() - keep));
+    l.pages.resize(keep);
+    l.tokens = tokens;
+  }
+  session->last_used = SteadyClock::now();
+  return session->InfoLocked();
+}
+
+StatusOr<KvSessionInfo> KvCacheStore::Delete(const std::string& id) {
+  std::shared_ptr<KvSession> session;
+  {
+    std::lock_guard<std::mutex> lock(impl_->map_mu);
+    auto it = impl_->sessions.find(id);
+    if (it == impl_->sessions.end()) {
+      return Status::NotFound(internal::NotFoundMessage(id, "delete: "));
+    }
+    session = std::move(it->second);
+    impl_->sessions.erase(it);
+  }
+  std::lock_guard<std::mutex> lock(session->mu);
+  return session->InfoLocked();
+}
+
+std::vector<KvSessionInfo> KvCacheStore::List() {
+  std::vector<std::shared_ptr<KvSession>> all;
+  {
+    std::lock_guard<std::mutex> lock(impl_->map_mu);
+    for (auto& [id, s] : impl_->sessions) all.push_back(s);
+  }
+  std::vector<KvSessionInfo> out;
+  for (auto& s : all) {
+    std::lock_guard<std::mutex> lock(s->mu);
+    out.push_back(s->InfoLocked());
+  }
+  std::sort(out.begin(), out.end(), [](const KvSessionInfo& a, const KvSessionInfo& b) {
+    return a.spec.session_id < b.spec.session_id;
+  });
+  return out;
+}
+
+int64_t KvCacheStore::ExpireIdle(std::chrono::steady_clock::duration idle) {
+  const auto now = SteadyClock::now();
+  std::vector<std::shared_ptr<KvSession>> expired;  // freed outside the lock
+  std::lock_guard<std::mutex> lock(impl_->map_mu);
+  for (auto it = impl_->sessions.begin(); it != impl_->sessions.end();) {
+    KvSession& s = *it->second;
+    std::lock_guard<std::mutex> slock(s.mu);
+    if (s.busy_layers == 0 && now - s.last_used >= idle) {
+      expired.push_back(std::move(it->second));
+      it = impl_->sessions.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return static_cast<int64_t>(expired.size());
+}
+
+int64_t KvCacheStore::bytes_used() const { return impl_->pool.bytes_used(); }
+int64_t KvCacheStore::bytes_limit() const { return impl_->pool.bytes_limit(); }
+int64_t KvCacheStore::num_sessions() const {
+  std::lock_guard<std::mutex> lock(impl_->map_mu);
+  return static_cast<int64_t>(impl_->sessions.size());
+}
+const KvStoreOptions& KvCacheStore::options() const { return impl_->options; }
+
+}  // namespace attn

@@ -1,0 +1,313 @@
+// KvCacheStore::Extend: check everything, reserve the pages, write the
+// steps' keys and values, attend, then commit; any error (cancellation
+// included) before the commit gives every page back and changes nothing.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <set>
+
+#include "attn/half.h"
+#include "kernels/decode_attention.h"
+#include "kvcache/extend_plan.h"
+#include "kvcache/session.h"
+
+namespace attn {
+
+using internal::KvLayer;
+using internal::KvSession;
+using internal::PageId;
+using internal::StepPlan;
+
+namespace {
+
+std::string At(size_t i, const std::string& id) {
+  return "steps[" + std::to_string(i) + "] (session '" + id + "')";
+}
+
+Status CheckShape(const TensorView& t, const Shape& want, const std::string& what) {
+  if (t.dtype == DataType::kFloat32 && t.shape == want) return Status::Ok();
+  return Status::InvalidArgument(what + ": expected float32 " + ShapeToString(want) + ", got " +
+                                 DataTypeName(t.dtype) + " " + ShapeToString(t.shape));
+}
+
+// The step's shapes against its session; sets hq, n and nkv.
+Status CheckStep(size_t i, int64_t layer, StepPlan* p) {
+  const KvSessionSpec& s = p->session->spec;
+  const KvStep& st = *p->step;
+  const std::string at = At(i, s.session_id);
+  if (layer >= s.num_layers) {
+    return Status::InvalidArgument("layer: " + at + " has " + std::to_string(s.num_layers) +
+                                   " layers (0.." + std::to_string(s.num_layers - 1) + "), got " +
+                                   std::to_string(layer));
+  }
+  const TensorView& q = st.query;
+  if (q.dtype != DataType::kFloat32 || q.rank() != 3 || q.dim(0) < s.num_kv_heads ||
+      q.dim(0) % s.num_kv_heads != 0 || q.dim(2) != s.head_dim) {
+    return Status::InvalidArgument(
+        at + " query: expected float32 [Hq, n_q, " + std::to_string(s.head_dim) +
+        "] with Hq a multiple of num_kv_heads (" + std::to_string(s.num_kv_heads) + "), got " +
+        DataTypeName(q.dtype) + " " + ShapeToString(q.shape));
+  }
+  p->hq = q.dim(0);
+  p->n = q.dim(1);
+  if (st.key.has_value() != st.value.has_value()) {
+    return Status::InvalidArgument(at + (st.key ? " value" : " key") +
+                                   ": key and value come together (both or neither), got only " +
+                                   (st.key ? "key" : "value"));
+  }
+  if (st.key) {
+    const TensorView& k = *st.key;
+    if (k.dtype != DataType::kFloat32 || k.rank() != 3 || k.dim(0) != s.num_kv_heads ||
+        k.dim(2) != s.head_dim) {
+      return Status::InvalidArgument(at + " key: expected float32 [num_kv_heads, n_kv, D] = [" +
+                                     std::to_string(s.num_kv_heads) + ", n_kv, " +
+                                     std::to_string(s.head_dim) + "], got " +
+                                     DataTypeName(k.dtype) + " " + ShapeToString(k.shape));
+    }
+    p->nkv = k.dim(1);
+    ATTN_RETURN_IF_ERROR(
+        CheckShape(*st.value, {s.num_kv_heads, p->nkv, s.value_dim}, at + " value"));
+  }
+  return Status::Ok();
+}
+
+Status CheckOptions(int64_t layer, size_t steps, const KvExtendOptions& o) {
+  if (layer < 0) {
+    return Status::InvalidArgument("layer: must be >= 0, got " + std::to_string(layer));
+  }
+  if (o.scale && !std::isfinite(*o.scale)) {
+    return Status::InvalidArgument("scale: must be finite, got " + std::to_string(*o.scale));
+  }
+  for (const auto& [w, name] :
+       {std::pair{o.window_left, "window_left"}, std::pair{o.window_right, "window_right"}}) {
+    if (w && *w < 0) {
+      return Status::InvalidArgument(std::string(name) + ": must be >= 0, got " +
+                                     std::to_string(*w));
+    }
+  }
+  if (o.score.softcap && !(*o.score.softcap > 0.0f && std::isfinite(*o.score.softcap))) {
+    return Status::InvalidArgument("softcap: must be > 0 and finite, got " +
+                                   std::to_string(*o.score.softcap));
+  }
+  if (o.score.alibi_slopes) {
+    const TensorView& a = *o.score.alibi_slopes;
+    if (a.dtype != DataType::kFloat32 || a.rank() < 1 || a.rank() > 2 ||
+        (a.rank() == 2 && a.dim(0) != static_cast<int64_t>(steps))) {
+      return Status::InvalidArgument("alibi_slopes: expected float32 [Hq] or [steps, Hq] = [" +
+                                     std::to_string(steps) + ", Hq], got " + DataTypeName(a.dtype) +
+                                     " " + ShapeToString(a.shape));
+    }
+  }
+  if (o.score.sink_logits) {
+    const TensorView& a = *o.score.sink_logits;
+    if (a.dtype != DataType::kFloat32 || a.rank() != 1) {
+      return Status::InvalidArgument(std::string("sink_logits: expected float32 [Hq], got ") +
+                                     DataTypeName(a.dtype) + " " + ShapeToString(a.shape));
+    }
+  }
+  return Status::Ok();
+}
+
+// Copies a per-head option row for step i, checking its length and values.
+Status PerHead(const std::optional<TensorView>& t, size_t i, int64_t hq, const char* name,
+               std::vector<float>* out) {
+  if (!t) return Status::Ok();
+  const int64_t len = t->dim(-1);
+  if (len != hq) {
+    return Status::InvalidArgument(std::string(name) + ": steps[" + std::to_string(i) + "] has " +
+                                   std::to_string(hq) + " query heads, got " +
+                                   ShapeToString(t->shape));
+  }
+  const float* base = t->f32() + (t->rank() == 2 ? static_cast<int64_t>(i) * t->stride(0) : 0);
+  out->resize(static_cast<size_t>(hq));
+  for (int64_t h = 0; h < hq; ++h) {
+    const float v = base[h * t->stride(-1)];
+    if (!std::isfinite(v)) {
+      return Status::InvalidArgument(std::string(name) + ": must be finite, got " +
+                                     std::to_string(v) + " for head " + std::to_string(h));
+    }
+    (*out)[static_cast<size_t>(h)] = v;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+// The sessions and shapes of an Extend, checked; nothing reserved.
+static StatusOr<std::vector<StepPlan>> Plan(KvCacheStore::Impl& impl, int64_t layer,
+                                            const std::vector<KvStep>& steps,
+                                            const KvExtendOptions& o) {
+  ATTN_RETURN_IF_ERROR(CheckOptions(layer, steps.size(), o));
+  std::vector<StepPlan> plans(steps.size());
+  std::set<std::string> seen;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const std::string& id = steps[i].session_id;
+    if (!seen.insert(id).second) {
+      return Status::InvalidArgument(At(i, id) +
+                                     ": a session may appear once in an Extend (it is also an "
+                                     "earlier step); send its tokens in one step");
+    }
+    ATTN_ASSIGN_OR_RETURN(plans[i].session,
+                          impl.Find(id, "extend: steps[" + std::to_string(i) + "]: "));
+    plans[i].step = &steps[i];
+    ATTN_RETURN_IF_ERROR(CheckStep(i, layer, &plans[i]));
+    ATTN_RETURN_IF_ERROR(
+        PerHead(o.score.alibi_slopes, i, plans[i].hq, "alibi_slopes", &plans[i].slopes));
+    ATTN_RETURN_IF_ERROR(
+        PerHead(o.score.sink_logits, i, plans[i].hq, "sink_logits", &plans[i].sinks));
+  }
+  return plans;
+}
+
+StatusOr<AttentionCost> KvCacheStore::EstimateExtend(int64_t layer,
+                                                     const std::vector<KvStep>& steps,
+                                                     const KvExtendOptions& options) {
+  ATTN_ASSIGN_OR_RETURN(std::vector<StepPlan> plans, Plan(*impl_, layer, steps, options));
+  AttentionCost cost;
+  for (StepPlan& p : plans) {
+    int64_t tokens;
+    {
+      std::lock_guard<std::mutex> lock(p.session->mu);
+      tokens = p.session->layers[static_cast<size_t>(layer)].tokens;
+    }
+    const KvSessionSpec& s = p.session->spec;
+    const double lk = static_cast<double>(tokens + p.nkv), rows = static_cast<double>(p.hq * p.n);
+    cost.flops += 2.0 * rows * lk * static_cast<double>(s.head_dim + s.value_dim);
+    cost.work += rows * lk * static_cast<double>(s.head_dim);
+    cost.result_bytes +=
+        rows * static_cast<double>(s.value_dim + (options.score.return_lse ? 1 : 0)) * 4;
+    // Reading the cache: count it as work too, so that a long decode is "large".
+    cost.flops += lk * static_cast<double>(s.num_kv_heads * (s.head_dim + s.value_dim));
+  }
+  return cost;
+}
+
+namespace {
+
+// Marks each step's layer busy and works out its pages: kept, copied
+// (a shared last page about to be written), fresh. On error, nothing is
+// marked (the caller's Rollback unmarks what was).
+Status Reserve(int64_t layer, std::vector<StepPlan>& plans, internal::PagePool* pool) {
+  int64_t needed = 0;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    StepPlan& p = plans[i];
+    KvSession& s = *p.session;
+    std::lock_guard<std::mutex> lock(s.mu);
+    KvLayer& l = s.layers[static_cast<size_t>(layer)];
+    if (l.busy) {
+      return Status::Aborted(At(i, s.spec.session_id) + ": layer " + std::to_string(layer) +
+                             " is busy with another Extend; a client sequences its own steps");
+    }
+    p.before = l.tokens;
+    p.after = l.tokens + p.nkv;
+    if (p.after > s.spec.max_tokens) {
+      return Status::ResourceExhausted(
+          At(i, s.spec.session_id) + ": layer " + std::to_string(layer) + " holds " +
+          std::to_string(l.tokens) + " tokens; " + std::to_string(p.nkv) +
+          " more would pass its max_tokens (" + std::to_string(s.spec.max_tokens) + ")");
+    }
+    l.busy = true;
+    ++s.busy_layers;
+    p.busy = true;
+    s.last_used = internal::SteadyClock::now();
+    p.table = l.pages;
+    const int64_t hkv = s.spec.num_kv_heads, tpp = s.tokens_per_page;
+    const int64_t pages_after = (p.after + tpp - 1) / tpp;
+    const int64_t pages_before = (p.before + tpp - 1) / tpp;
+    needed += (pages_after - pages_before) * hkv;
+    if (p.nkv > 0 && p.before % tpp != 0) {
+      // Decided here, under the session's lock: a fork may share the page
+      // later, but the tokens before `before` are never written in place.
+      for (int64_t g = 0; g < hkv; ++g) {
+        if (pool->RefCount(p.table[static_cast<size_t>((pages_before - 1) * hkv + g)]) > 1) {
+          p.cow_heads.push_back(g);
+        }
+      }
+      needed += static_cast<int64_t>(p.cow_heads.size());
+    }
+  }
+  std::vector<PageId> pages;
+  ATTN_RETURN_IF_ERROR(pool->Allocate(needed, &pages));
+  // Hand the pages out: copies of shared last pages, then the new ones.
+  size_t next = 0;
+  for (StepPlan& p : plans) {
+    KvSession& s = *p.session;
+    const int64_t hkv = s.spec.num_kv_heads, tpp = s.tokens_per_page;
+    const int64_t pages_before = (p.before + tpp - 1) / tpp;
+    const int64_t pages_after = (p.after + tpp - 1) / tpp;
+    if (!p.cow_heads.empty()) {
+      const int64_t used = p.before % tpp;
+      const int64_t es = CacheTypeBytes(s.spec.cache_type);
+      for (int64_t g : p.cow_heads) {
+        PageId& slot = p.table[static_cast<size_t>((pages_before - 1) * hkv + g)];
+        const PageId copy = pages[next++];
+        p.fresh.push_back(copy);
+        // The valid prefix of the keys, then of the values.
+        std::memcpy(pool->Data(copy), pool->Data(slot),
+                    static_cast<size_t>(used * s.spec.head_dim * es));
+        const int64_t voff = tpp * s.spec.head_dim * es;
+        std::memcpy(pool->Data(copy) + voff, pool->Data(slot) + voff,
+                    static_cast<size_t>(used * s.spec.value_dim * es));
+        p.replaced.push_back(slot);
+        slot = copy;
+      }
+    }
+    for (int64_t k = 0; k < (pages_after - pages_before) * hkv; ++k) {
+      p.fresh.push_back(pages[next]);
+      p.table.push_back(pages[next++]);
+    }
+  }
+  return Status::Ok();
+}
+
+// Gives back what this call took and unmarks its layers: no session changes.
+void Rollback(int64_t layer, std::vector<StepPlan>& plans, internal::PagePool* pool) {
+  for (StepPlan& p : plans) {
+    pool->Release(p.fresh.data(), static_cast<int64_t>(p.fresh.size()));
+    p.fresh.clear();
+    if (!p.busy) continue;
+    std::lock_guard<std::mutex> lock(p.session->mu);
+    p.session->layers[static_cast<size_t>(layer)].busy = false;
+    --p.session->busy_layers;
+    p.busy = false;
+  }
+}
+
+void Commit(int64_t layer, std::vector<StepPlan>& plans, internal::PagePool* pool) {
+  for (StepPlan& p : plans) {
+    {
+      std::lock_guard<std::mutex> lock(p.session->mu);
+      KvLayer& l = p.session->layers[static_cast<size_t>(layer)];
+      l.pages.swap(p.table);
+      l.tokens = p.after;
+      l.busy = false;
+      --p.session->busy_layers;
+      p.session->last_used = internal::SteadyClock::now();
+    }
+    p.busy = false;
+    p.fresh.clear();
+    pool->Release(p.replaced.data(), static_cast<int64_t>(p.replaced.size()));
+  }
+}
+
+}  // namespace
+
+StatusOr<KvExtendResult> KvCacheStore::Extend(int64_t layer, const std::vector<KvStep>& steps,
+                                              const KvExtendOptions& options) {
+  ATTN_ASSIGN_OR_RETURN(std::vector<StepPlan> plans, Plan(*impl_, layer, steps, options));
+  internal::PagePool* pool = &impl_->pool;
+  KvExtendResult out;
+  Status st = GuardExceptions("extend", [&]() -> Status {
+    ATTN_RETURN_IF_ERROR(Reserve(layer, plans, pool));
+    internal::WriteSteps(plans, pool);
+    return internal::AttendSteps(plans, options, pool, &out.results);
+  });
+  if (!st.ok()) {
+    Rollback(layer, plans, pool);
+    return st;
+  }
+  Commit(layer, plans, pool);
+  return out;
+}
+
+}  // namespace attn

@@ -1,0 +1,77 @@
+#include "kvcache/page_pool.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <string>
+
+namespace attn::internal {
+
+PagePool::PagePool(int64_t pool_bytes, int64_t page_bytes) : page_bytes_(page_bytes) {
+  const int64_t pages = page_bytes > 0 ? std::max<int64_t>(0, pool_bytes) / page_bytes : 0;
+  // Page ids are int32; a pool of more than 2^31 pages is clamped.
+  num_pages_ = std::min<int64_t>(pages, INT32_MAX);
+  mapped_bytes_ = num_pages_ * page_bytes_;
+  if (mapped_bytes_ > 0) {
+    // Address space only: the kernel backs a page when it is first written.
+    void* p = mmap(nullptr, static_cast<size_t>(mapped_bytes_), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+      num_pages_ = 0;
+      mapped_bytes_ = 0;
+    } else {
+      base_ = static_cast<uint8_t*>(p);
+    }
+  }
+  refcount_.assign(static_cast<size_t>(num_pages_), 0);
+  free_.reserve(static_cast<size_t>(num_pages_));
+  // Low ids on top of the stack: a small load touches the start of the pool.
+  for (int64_t i = num_pages_ - 1; i >= 0; --i) free_.push_back(static_cast<PageId>(i));
+}
+
+PagePool::~PagePool() {
+  if (base_ != nullptr) munmap(base_, static_cast<size_t>(mapped_bytes_));
+}
+
+Status PagePool::Allocate(int64_t n, std::vector<PageId>* out) {
+  if (n <= 0) return Status::Ok();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (n > static_cast<int64_t>(free_.size())) {
+    const int64_t used = (num_pages_ - static_cast<int64_t>(free_.size())) * page_bytes_;
+    return Status::ResourceExhausted(
+        "kv cache pool: " + std::to_string(n * page_bytes_) + " bytes more needed, " +
+        std::to_string(used) + " of " + std::to_string(bytes_limit()) +
+        " bytes used (the limit, --kv-cache-mb); delete or truncate sessions, or raise the limit");
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const PageId p = free_.back();
+    free_.pop_back();
+    refcount_[p] = 1;
+    out->push_back(p);
+  }
+  return Status::Ok();
+}
+
+void PagePool::Retain(const PageId* pages, int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int64_t i = 0; i < n; ++i) ++refcount_[pages[i]];
+}
+
+void PagePool::Release(const PageId* pages, int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int64_t i = 0; i < n; ++i) {
+    if (--refcount_[pages[i]] == 0) free_.push_back(pages[i]);
+  }
+}
+
+int32_t PagePool::RefCount(PageId page) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return refcount_[page];
+}
+
+int64_t PagePool::bytes_used() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return (num_pages_ - static_cast<int64_t>(free_.size())) * page_bytes_;
+}
+
+}  // namespace attn::internal

@@ -1,0 +1,73 @@
+// A session's pages and the store's state. Internal to core (kvcache/).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "attn/kv_cache.h"
+#include "kvcache/page_pool.h"
+
+namespace attn::internal {
+
+using SteadyClock = std::chrono::steady_clock;
+
+// One layer of a session: `tokens` keys and values in pages
+// [ceil(tokens / T)][Hkv] (page p of kv head g at pages[p * Hkv + g]).
+struct KvLayer {
+  int64_t tokens = 0;
+  std::vector<PageId> pages;
+  bool busy = false;  // an Extend is writing it (guarded by KvSession::mu)
+};
+
+struct KvSession {
+  KvSession(const KvSessionSpec& s, int64_t tokens_per_page, PagePool* p);
+  ~KvSession();  // gives back every page it holds
+
+  const KvSessionSpec spec;  // value_dim and max_tokens resolved
+  const int64_t tokens_per_page;
+  PagePool* const pool;
+  std::mutex mu;  // guards everything below
+  std::vector<KvLayer> layers;
+  int busy_layers = 0;
+  SteadyClock::time_point last_used;
+
+  int64_t page_elems_k() const { return tokens_per_page * spec.head_dim; }
+  KvSessionInfo InfoLocked() const;
+};
+
+// "[A-Za-z0-9._-]{1,128}", or INVALID_ARGUMENT naming `field`.
+Status CheckSessionId(const std::string& id, const char* field);
+
+// The message of a missing session.
+std::string NotFoundMessage(const std::string& id, const std::string& where);
+
+}  // namespace attn::internal
+
+namespace attn {
+
+class KvCacheStore::Impl {
+ public:
+  explicit Impl(const KvStoreOptions& options);
+
+  // The session, or NOT_FOUND saying what may have happened to it.
+  StatusOr<std::shared_ptr<internal::KvSession>> Find(const std::string& id,
+                                                      const std::string& where);
+  // A fresh id, or `id` checked; ALREADY_EXISTS and RESOURCE_EXHAUSTED as for Create.
+  // Called with map_mu held.
+  Status CheckNewIdLocked(std::string* id);
+
+  const KvStoreOptions options;
+  internal::PagePool pool;
+  std::mutex map_mu;
+  std::unordered_map<std::string, std::shared_ptr<internal::KvSession>>
+      sessions;         // guarded by map_mu
+  std::mt19937_64 rng;  // guarded by map_mu
+};
+
+}  // namespace attn
