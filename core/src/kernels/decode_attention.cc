@@ -159,11 +159,230 @@ ATTN_AVX2 void PvAvx2(const float* p, int64_t rows, int64_t ldp, const float* v,
   }
 }
 
+// ---- In-register widening (D and Dv multiples of 8) ------------------------
+// The page's elements are widened as they are loaded, never staged, and
+// the next page is prefetched a token at a time while this one is used:
+// a kv head's pages lie apart in the pool, where the hardware's stream
+// prefetcher would stop at each page's edge.
+
+#define ATTN_DECODE __attribute__((target("avx2,fma,f16c")))
+
+struct LoadF32 {
+  using T = float;
+  ATTN_DECODE static __m256 Load(const float* p) { return _mm256_loadu_ps(p); }
+};
+struct LoadBf16 {
+  using T = uint16_t;
+  ATTN_DECODE static __m256 Load(const uint16_t* p) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+};
+struct LoadF16 {
+  using T = uint16_t;
+  ATTN_DECODE static __m256 Load(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+};
+
+// Prefetches the bytes [j * bytes, (j + 1) * bytes) of `next` (null: none).
+// (GCC deletes a loop whose body is only _mm_prefetch as one without
+// effects; the asm statement keeps each prefetch.)
+inline void PrefetchToken(const uint8_t* next, int64_t bytes, int64_t j) {
+  if (next == nullptr) return;
+  for (int64_t b = 0; b < bytes; b += 64) {
+    asm volatile("prefetcht0 %0" : : "m"(*(next + j * bytes + b)));
+  }
+}
+
+template <typename L>
+ATTN_DECODE void QkFast(const float* q, int64_t rows, const typename L::T* k, int64_t c, int64_t d,
+                        float* s, int64_t lds, const uint8_t* next) {
+  const int64_t tb = d * static_cast<int64_t>(sizeof(typename L::T));
+  int64_t r = 0;
+  // Four rows against two keys: eight independent sums, so the loop runs
+  // at the FMA units' rate rather than one FMA's latency.
+  for (; r + 4 <= rows; r += 4) {
+    const float* q0 = q + r * d;
+    int64_t j = 0;
+    for (; j + 2 <= c; j += 2) {
+      if (r == 0) {
+        PrefetchToken(next, tb, j);
+        PrefetchToken(next, tb, j + 1);
+      }
+      const typename L::T* kj = k + j * d;
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+      for (int64_t x = 0; x < d; x += 8) {
+        const __m256 k0 = L::Load(kj + x), k1 = L::Load(kj + d + x);
+        const __m256 q0v = _mm256_loadu_ps(q0 + x), q1v = _mm256_loadu_ps(q0 + d + x);
+        const __m256 q2v = _mm256_loadu_ps(q0 + 2 * d + x), q3v = _mm256_loadu_ps(q0 + 3 * d + x);
+        a0 = _mm256_fmadd_ps(q0v, k0, a0);
+        a1 = _mm256_fmadd_ps(q1v, k0, a1);
+        a2 = _mm256_fmadd_ps(q2v, k0, a2);
+        a3 = _mm256_fmadd_ps(q3v, k0, a3);
+        b0 = _mm256_fmadd_ps(q0v, k1, b0);
+        b1 = _mm256_fmadd_ps(q1v, k1, b1);
+        b2 = _mm256_fmadd_ps(q2v, k1, b2);
+        b3 = _mm256_fmadd_ps(q3v, k1, b3);
+      }
+      alignas(16) float out[8];
+      _mm_store_ps(out, Sum4(a0, a1, a2, a3));
+      _mm_store_ps(out + 4, Sum4(b0, b1, b2, b3));
+      for (int i = 0; i < 4; ++i) {
+        s[(r + i) * lds + j] = out[i];
+        s[(r + i) * lds + j + 1] = out[4 + i];
+      }
+    }
+    for (; j < c; ++j) {
+      if (r == 0) PrefetchToken(next, tb, j);
+      const typename L::T* kj = k + j * d;
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      for (int64_t x = 0; x < d; x += 8) {
+        const __m256 kv = L::Load(kj + x);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + x), kv, a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d + x), kv, a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + 2 * d + x), kv, a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + 3 * d + x), kv, a3);
+      }
+      alignas(16) float out[4];
+      _mm_store_ps(out, Sum4(a0, a1, a2, a3));
+      for (int i = 0; i < 4; ++i) s[(r + i) * lds + j] = out[i];
+    }
+  }
+  for (; r < rows; ++r) {
+    const float* qr = q + r * d;
+    int64_t j = 0;
+    for (; j + 4 <= c; j += 4) {  // one row against four keys
+      if (r == 0) {
+        for (int64_t jj = j; jj < j + 4; ++jj) PrefetchToken(next, tb, jj);
+      }
+      const typename L::T* kj = k + j * d;
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      for (int64_t x = 0; x < d; x += 8) {
+        const __m256 qv = _mm256_loadu_ps(qr + x);
+        a0 = _mm256_fmadd_ps(L::Load(kj + x), qv, a0);
+        a1 = _mm256_fmadd_ps(L::Load(kj + d + x), qv, a1);
+        a2 = _mm256_fmadd_ps(L::Load(kj + 2 * d + x), qv, a2);
+        a3 = _mm256_fmadd_ps(L::Load(kj + 3 * d + x), qv, a3);
+      }
+      _mm_storeu_ps(s + r * lds + j, Sum4(a0, a1, a2, a3));
+    }
+    for (; j < c; ++j) {
+      if (r == 0) PrefetchToken(next, tb, j);
+      __m256 a = _mm256_setzero_ps();
+      for (int64_t x = 0; x < d; x += 8) {
+        a = _mm256_fmadd_ps(_mm256_loadu_ps(qr + x), L::Load(k + j * d + x), a);
+      }
+      const __m256 z = _mm256_setzero_ps();
+      s[r * lds + j] = _mm_cvtss_f32(Sum4(a, z, z, z));
+    }
+  }
+}
+
+// The next page's values, prefetched a slice per chunk of columns.
+inline void PrefetchSlice(const uint8_t* next, int64_t tb, int64_t c, int64_t x, int64_t dv,
+                          int64_t step) {
+  if (next == nullptr) return;
+  const int64_t chunks = dv / step, k = x / step;
+  for (int64_t j = c * k / chunks; j < c * (k + 1) / chunks; ++j) PrefetchToken(next, tb, j);
+}
+
+template <typename L>
+ATTN_DECODE void PvFast(const float* p, int64_t rows, int64_t ldp, const typename L::T* v,
+                        int64_t c, int64_t dv, float* o, const uint8_t* next) {
+  const int64_t tb = dv * static_cast<int64_t>(sizeof(typename L::T));
+  int64_t r = 0;
+  // Four rows by sixteen columns: eight independent sums per key.
+  for (; r + 4 <= rows; r += 4) {
+    const float* p0 = p + r * ldp;
+    int64_t x = 0;
+    for (; x + 16 <= dv; x += 16) {
+      float* o0 = o + r * dv + x;
+      __m256 a0 = _mm256_loadu_ps(o0), a1 = _mm256_loadu_ps(o0 + dv);
+      __m256 a2 = _mm256_loadu_ps(o0 + 2 * dv), a3 = _mm256_loadu_ps(o0 + 3 * dv);
+      __m256 b0 = _mm256_loadu_ps(o0 + 8), b1 = _mm256_loadu_ps(o0 + dv + 8);
+      __m256 b2 = _mm256_loadu_ps(o0 + 2 * dv + 8), b3 = _mm256_loadu_ps(o0 + 3 * dv + 8);
+      for (int64_t j = 0; j < c; ++j) {
+        const __m256 v0 = L::Load(v + j * dv + x), v1 = L::Load(v + j * dv + x + 8);
+        const __m256 w0 = _mm256_broadcast_ss(p0 + j), w1 = _mm256_broadcast_ss(p0 + ldp + j);
+        const __m256 w2 = _mm256_broadcast_ss(p0 + 2 * ldp + j);
+        const __m256 w3 = _mm256_broadcast_ss(p0 + 3 * ldp + j);
+        a0 = _mm256_fmadd_ps(w0, v0, a0);
+        a1 = _mm256_fmadd_ps(w1, v0, a1);
+        a2 = _mm256_fmadd_ps(w2, v0, a2);
+        a3 = _mm256_fmadd_ps(w3, v0, a3);
+        b0 = _mm256_fmadd_ps(w0, v1, b0);
+        b1 = _mm256_fmadd_ps(w1, v1, b1);
+        b2 = _mm256_fmadd_ps(w2, v1, b2);
+        b3 = _mm256_fmadd_ps(w3, v1, b3);
+      }
+      _mm256_storeu_ps(o0, a0);
+      _mm256_storeu_ps(o0 + dv, a1);
+      _mm256_storeu_ps(o0 + 2 * dv, a2);
+      _mm256_storeu_ps(o0 + 3 * dv, a3);
+      _mm256_storeu_ps(o0 + 8, b0);
+      _mm256_storeu_ps(o0 + dv + 8, b1);
+      _mm256_storeu_ps(o0 + 2 * dv + 8, b2);
+      _mm256_storeu_ps(o0 + 3 * dv + 8, b3);
+      if (r == 0) PrefetchSlice(next, tb, c, x, dv, 16);
+    }
+    for (; x < dv; x += 8) {
+      float* o0 = o + r * dv + x;
+      __m256 a0 = _mm256_loadu_ps(o0), a1 = _mm256_loadu_ps(o0 + dv);
+      __m256 a2 = _mm256_loadu_ps(o0 + 2 * dv), a3 = _mm256_loadu_ps(o0 + 3 * dv);
+      for (int64_t j = 0; j < c; ++j) {
+        const __m256 vv = L::Load(v + j * dv + x);
+        a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p0 + j), vv, a0);
+        a1 = _mm256_fmadd_ps(_mm256_broadcast_ss(p0 + ldp + j), vv, a1);
+        a2 = _mm256_fmadd_ps(_mm256_broadcast_ss(p0 + 2 * ldp + j), vv, a2);
+        a3 = _mm256_fmadd_ps(_mm256_broadcast_ss(p0 + 3 * ldp + j), vv, a3);
+      }
+      _mm256_storeu_ps(o0, a0);
+      _mm256_storeu_ps(o0 + dv, a1);
+      _mm256_storeu_ps(o0 + 2 * dv, a2);
+      _mm256_storeu_ps(o0 + 3 * dv, a3);
+    }
+  }
+  // One row by 32 columns: four sums per key.
+  for (; r < rows; ++r) {
+    const float* pr = p + r * ldp;
+    int64_t x = 0;
+    for (; x + 32 <= dv; x += 32) {
+      float* orow = o + r * dv + x;
+      __m256 a0 = _mm256_loadu_ps(orow), a1 = _mm256_loadu_ps(orow + 8);
+      __m256 a2 = _mm256_loadu_ps(orow + 16), a3 = _mm256_loadu_ps(orow + 24);
+      for (int64_t j = 0; j < c; ++j) {
+        const __m256 w = _mm256_broadcast_ss(pr + j);
+        const typename L::T* vj = v + j * dv + x;
+        a0 = _mm256_fmadd_ps(w, L::Load(vj), a0);
+        a1 = _mm256_fmadd_ps(w, L::Load(vj + 8), a1);
+        a2 = _mm256_fmadd_ps(w, L::Load(vj + 16), a2);
+        a3 = _mm256_fmadd_ps(w, L::Load(vj + 24), a3);
+      }
+      _mm256_storeu_ps(orow, a0);
+      _mm256_storeu_ps(orow + 8, a1);
+      _mm256_storeu_ps(orow + 16, a2);
+      _mm256_storeu_ps(orow + 24, a3);
+      if (r == 0) PrefetchSlice(next, tb, c, x, dv, 32);
+    }
+    for (; x < dv; x += 8) {
+      float* orow = o + r * dv + x;
+      __m256 a0 = _mm256_loadu_ps(orow);
+      for (int64_t j = 0; j < c; ++j) {
+        a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(pr + j), L::Load(v + j * dv + x), a0);
+      }
+      _mm256_storeu_ps(orow, a0);
+    }
+  }
+}
+
 struct Kernels {
   QkFn qk;
   PvFn pv;
   const SoftmaxKernels* softmax;
   const HalfKernels* half;
+  bool fast;  // QkFast/PvFast (AVX2 + FMA + F16C)
 };
 
 const Kernels& GetKernels() {
@@ -172,9 +391,33 @@ const Kernels& GetKernels() {
     // memory it reads, not by the vector width.
     const bool avx2 = KernelTier() >= IsaTier::kAvx2;
     return Kernels{avx2 ? QkAvx2 : QkPortable, avx2 ? PvAvx2 : PvPortable, &GetSoftmaxKernels(),
-                   &GetHalfKernels()};
+                   &GetHalfKernels(), avx2};
   }();
   return k;
+}
+
+void QkPage(PageElem e, const float* q, int64_t rows, const uint8_t* k, int64_t c, int64_t d,
+            float* s, int64_t lds, const uint8_t* next) {
+  switch (e) {
+    case PageElem::kFloat32:
+      return QkFast<LoadF32>(q, rows, reinterpret_cast<const float*>(k), c, d, s, lds, next);
+    case PageElem::kBFloat16:
+      return QkFast<LoadBf16>(q, rows, reinterpret_cast<const uint16_t*>(k), c, d, s, lds, next);
+    case PageElem::kFloat16:
+      return QkFast<LoadF16>(q, rows, reinterpret_cast<const uint16_t*>(k), c, d, s, lds, next);
+  }
+}
+
+void PvPage(PageElem e, const float* p, int64_t rows, int64_t ldp, const uint8_t* v, int64_t c,
+            int64_t dv, float* o, const uint8_t* next) {
+  switch (e) {
+    case PageElem::kFloat32:
+      return PvFast<LoadF32>(p, rows, ldp, reinterpret_cast<const float*>(v), c, dv, o, next);
+    case PageElem::kBFloat16:
+      return PvFast<LoadBf16>(p, rows, ldp, reinterpret_cast<const uint16_t*>(v), c, dv, o, next);
+    case PageElem::kFloat16:
+      return PvFast<LoadF16>(p, rows, ldp, reinterpret_cast<const uint16_t*>(v), c, dv, o, next);
+  }
 }
 
 int ElemBytes(PageElem e) { return e == PageElem::kFloat32 ? 4 : 2; }
@@ -200,9 +443,8 @@ struct Partial {
 
 struct Task {
   const DecodeProblem* p;
-  int64_t g;       // kv head
-  int64_t p0, p1;  // pages [p0, p1)
-  Partial part;
+  int64_t p0, p1;  // pages [p0, p1) of every kv head
+  Partial part;    // [Hkv][rows] of them
 };
 
 struct Scratch {
@@ -262,50 +504,78 @@ void UpdateRow(const Kernels& kern, const DecodeProblem& p, int64_t h, int64_t p
   *l += sk.exp_sum(x, nr, 1.0f, mnew);
 }
 
+// A task: pages [p0, p1) of every kv head, page by page and head by head
+// within a page, so that it sweeps the pool in the order the heads' pages
+// were allocated (together, one per head, as the layer grew).
 void RunTask(const Kernels& kern, const Task& task, Scratch& sc) {
   const DecodeProblem& p = *task.p;
   const int64_t group = p.hq / p.hkv, rows = group * p.n, d = p.d, dv = p.dv;
   const int64_t T = p.tokens_per_page, es = ElemBytes(p.elem);
-  sc.q.resize(static_cast<size_t>(rows * d));
+  sc.q.resize(static_cast<size_t>(p.hkv * rows * d));
   sc.s.resize(static_cast<size_t>(rows * T));
   sc.lo.resize(static_cast<size_t>(p.n));
   sc.hi.resize(static_cast<size_t>(p.n));
-  for (int64_t hh = 0; hh < group; ++hh) {
-    const int64_t h = task.g * group + hh;
+  for (int64_t h = 0; h < p.hq; ++h) {  // head h's rows at (h * n + t) * d: group-major
     for (int64_t t = 0; t < p.n; ++t) {
       const float* src = p.q + h * p.q_stride[0] + t * p.q_stride[1];
-      float* dst = sc.q.data() + (hh * p.n + t) * d;
+      float* dst = sc.q.data() + (h * p.n + t) * d;
       for (int64_t x = 0; x < d; ++x) dst[x] = src[x * p.q_stride[2]];
     }
   }
   for (int64_t t = 0; t < p.n; ++t) RowRange(p, t, &sc.lo[t], &sc.hi[t]);
-  std::fill(task.part.o, task.part.o + rows * dv, 0.0f);
-  std::fill(task.part.m, task.part.m + rows, kNegInf);
-  std::fill(task.part.l, task.part.l + rows, 0.0f);
+  std::fill(task.part.o, task.part.o + p.hkv * rows * dv, 0.0f);
+  std::fill(task.part.m, task.part.m + p.hkv * rows, kNegInf);
+  std::fill(task.part.l, task.part.l + p.hkv * rows, 0.0f);
   const int64_t lo_u = *std::min_element(sc.lo.begin(), sc.lo.end());
   const int64_t hi_u = *std::max_element(sc.hi.begin(), sc.hi.end());
+  const bool fast = kern.fast && d % 8 == 0 && dv % 8 == 0;
   for (int64_t pg = task.p0; pg < task.p1; ++pg) {
     const int64_t j0 = pg * T;
     const int64_t a = std::max(j0, lo_u), b = std::min({j0 + T, p.tokens, hi_u});
     if (b <= a) continue;
     const int64_t c = b - a;
-    const uint8_t* base = p.pages[task.g * p.pages_per_head + pg];
-    const float* kf = Widen(kern, p.elem, base + (a - j0) * d * es, c * d, &sc.k);
-    kern.qk(sc.q.data(), rows, kf, c, d, sc.s.data(), T);
-    for (int64_t hh = 0; hh < group; ++hh) {
-      for (int64_t t = 0; t < p.n; ++t) {
-        const int64_t r = hh * p.n + t;
-        UpdateRow(kern, p, task.g * group + hh, p.tokens - p.n + t, sc.s.data() + r * T, a, c,
-                  std::max(a, sc.lo[t]), std::min(b, sc.hi[t]), task.part.o + r * dv,
-                  task.part.m + r, task.part.l + r);
+    for (int64_t g = 0; g < p.hkv; ++g) {
+      const uint8_t* base = p.pages[g * p.pages_per_head + pg];
+      const uint8_t* kpage = base + (a - j0) * d * es;
+      const uint8_t* vpage = base + T * d * es + (a - j0) * dv * es;
+      // The same offsets in the page read next, to prefetch: the next
+      // head's, or the first head's of the next page.
+      const uint8_t *knext = nullptr, *vnext = nullptr;
+      int64_t ng = g + 1, npg = pg;
+      if (ng == p.hkv) ng = 0, npg = pg + 1;
+      if (npg < task.p1 && npg * T < std::min(p.tokens, hi_u)) {
+        const uint8_t* nb = p.pages[ng * p.pages_per_head + npg];
+        const int64_t off = std::max<int64_t>(0, lo_u - npg * T);
+        knext = nb + off * d * es;
+        vnext = nb + T * d * es + off * dv * es;
+      }
+      const float* qg = sc.q.data() + g * rows * d;
+      float* og = task.part.o + g * rows * dv;
+      if (fast) {
+        QkPage(p.elem, qg, rows, kpage, c, d, sc.s.data(), T, knext);
+      } else {
+        const float* kf = Widen(kern, p.elem, kpage, c * d, &sc.k);
+        kern.qk(qg, rows, kf, c, d, sc.s.data(), T);
+      }
+      for (int64_t hh = 0; hh < group; ++hh) {
+        for (int64_t t = 0; t < p.n; ++t) {
+          const int64_t r = hh * p.n + t;
+          UpdateRow(kern, p, g * group + hh, p.tokens - p.n + t, sc.s.data() + r * T, a, c,
+                    std::max(a, sc.lo[t]), std::min(b, sc.hi[t]), og + r * dv,
+                    task.part.m + g * rows + r, task.part.l + g * rows + r);
+        }
+      }
+      if (fast) {
+        PvPage(p.elem, sc.s.data(), rows, T, vpage, c, dv, og, vnext);
+      } else {
+        const float* vf = Widen(kern, p.elem, vpage, c * dv, &sc.v);
+        kern.pv(sc.s.data(), rows, T, vf, c, dv, og);
       }
     }
-    const float* vf = Widen(kern, p.elem, base + T * d * es + (a - j0) * dv * es, c * dv, &sc.v);
-    kern.pv(sc.s.data(), rows, T, vf, c, dv, task.part.o);
   }
 }
 
-// Merges the partials of one kv head's slices and writes its rows.
+// Merges kv head g's partials of a problem's slices and writes its rows.
 void Finish(const DecodeProblem& p, int64_t g, const Task* slices, int64_t count) {
   const int64_t group = p.hq / p.hkv, dv = p.dv;
   for (int64_t hh = 0; hh < group; ++hh) {
@@ -314,7 +584,7 @@ void Finish(const DecodeProblem& p, int64_t g, const Task* slices, int64_t count
     for (int64_t t = 0; t < p.n; ++t) {
       const int64_t r = hh * p.n + t;
       float m = sink;
-      for (int64_t s = 0; s < count; ++s) m = std::max(m, slices[s].part.m[r]);
+      for (int64_t s = 0; s < count; ++s) m = std::max(m, slices[s].part.m[g * group * p.n + r]);
       float* out = p.out + (h * p.n + t) * dv;
       std::fill(out, out + dv, 0.0f);
       if (m == kNegInf || std::isnan(m)) {
@@ -324,10 +594,11 @@ void Finish(const DecodeProblem& p, int64_t g, const Task* slices, int64_t count
       double total = sink == kNegInf ? 0.0 : std::exp(static_cast<double>(sink - m));
       for (int64_t s = 0; s < count; ++s) {
         const Partial& part = slices[s].part;
-        if (part.m[r] == kNegInf) continue;
-        const float w = std::exp(part.m[r] - m);
-        total += static_cast<double>(part.l[r]) * w;
-        const float* o = part.o + r * dv;
+        const int64_t gr = g * group * p.n + r;  // the row among all kv heads' rows
+        if (part.m[gr] == kNegInf) continue;
+        const float w = std::exp(part.m[gr] - m);
+        total += static_cast<double>(part.l[gr]) * w;
+        const float* o = part.o + gr * dv;
         for (int64_t x = 0; x < dv; ++x) out[x] += w * o[x];
       }
       const float inv = static_cast<float>(1.0 / total);
@@ -359,16 +630,16 @@ Status RunDecodeAttention(const std::vector<const DecodeProblem*>& problems, int
                           const std::atomic<bool>* cancelled) {
   const Kernels& kern = GetKernels();
   if (threads <= 0) threads = ComputeThreads();
-  int64_t heads = 0;
-  for (const DecodeProblem* p : problems) heads += p->n > 0 ? p->hkv : 0;
-  // Split-K when the kv heads cannot keep the team busy; a slice keeps at
-  // least kMinSlicePages pages, so its merge costs little against its reads.
-  constexpr int64_t kMinSlicePages = 8;
-  const int64_t want = heads > 0 && heads < 2 * threads ? (2 * threads + heads - 1) / heads : 1;
+  int64_t live = 0;
+  for (const DecodeProblem* p : problems) live += p->n > 0 ? 1 : 0;
+  // Split-K when the problems cannot keep the team busy; a slice keeps at
+  // least kMinSlicePages pages a head, so its merge costs little against
+  // its reads.
+  constexpr int64_t kMinSlicePages = 4;
+  const int64_t want = live > 0 && live < 2 * threads ? (2 * threads + live - 1) / live : 1;
   std::vector<Task> tasks;
-  std::vector<std::pair<size_t, size_t>> heads_at;  // (first task, count) per (problem, g)
+  std::vector<std::pair<size_t, size_t>> slices_at;  // (first task, count) per problem
   std::vector<float> storage;
-  size_t floats = 0;
   for (int pass = 0; pass < 2; ++pass) {  // sizes, then the tasks with their storage
     size_t at = 0;
     for (const DecodeProblem* p : problems) {
@@ -377,24 +648,18 @@ Status RunDecodeAttention(const std::vector<const DecodeProblem*>& problems, int
       VisiblePages(*p, &first, &last);
       const int64_t visible = last - first;
       const int64_t slices = std::max<int64_t>(1, std::min(want, visible / kMinSlicePages));
-      const int64_t rows = p->hq / p->hkv * p->n;
-      for (int64_t g = 0; g < p->hkv; ++g) {
-        if (pass == 1) heads_at.emplace_back(tasks.size(), static_cast<size_t>(slices));
-        for (int64_t s = 0; s < slices; ++s) {
-          if (pass == 1) {
-            float* o = storage.data() + at;
-            tasks.push_back(Task{p, g, first + visible * s / slices,
-                                 first + visible * (s + 1) / slices,
-                                 Partial{o, o + rows * p->dv, o + rows * p->dv + rows}});
-          }
-          at += static_cast<size_t>(rows * (p->dv + 2));
+      const int64_t rows = p->hq * p->n;  // of every kv head
+      if (pass == 1) slices_at.emplace_back(tasks.size(), static_cast<size_t>(slices));
+      for (int64_t s = 0; s < slices; ++s) {
+        if (pass == 1) {
+          float* o = storage.data() + at;
+          tasks.push_back(Task{p, first + visible * s / slices, first + visible * (s + 1) / slices,
+                               Partial{o, o + rows * p->dv, o + rows * p->dv + rows}});
         }
+        at += static_cast<size_t>(rows * (p->dv + 2));
       }
     }
-    if (pass == 0) {
-      floats = at;
-      storage.resize(floats);
-    }
+    if (pass == 0) storage.resize(at);
   }
   std::atomic<bool> stop{false};
   auto run = [&](int64_t i) {
@@ -416,9 +681,10 @@ Status RunDecodeAttention(const std::vector<const DecodeProblem*>& problems, int
   if (stop.load() || (cancelled != nullptr && cancelled->load())) {
     return Status::Cancelled("extend: cancelled");
   }
-  for (const auto& [first, count] : heads_at) {
+  for (const auto& [first, count] : slices_at) {
     const Task& t = tasks[first];
-    Finish(*t.p, t.g, &tasks[first], static_cast<int64_t>(count));
+    for (int64_t g = 0; g < t.p->hkv; ++g)
+      Finish(*t.p, g, &tasks[first], static_cast<int64_t>(count));
   }
   // Problems with no query rows have nothing to write.
   return Status::Ok();

@@ -40,6 +40,7 @@ class PagePool {
  private:
   const int64_t page_bytes_;
   int64_t num_pages_ = 0;
+  void* map_ = nullptr;  // the mapping; base_ is its first 2 MiB boundary
   uint8_t* base_ = nullptr;
   int64_t mapped_bytes_ = 0;
   mutable std::mutex mu_;

@@ -1,0 +1,184 @@
+// attention-core-bench's KV-cache rows (issue 25): the decode kernel over a
+// resident bf16 cache against BM_MemoryRead (a plain read of 1 GiB with the
+// compute threads, the in-run bandwidth reference), and a prefill chunk
+// into a session against the stateless SDPA of the same shape.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "attn/attention.h"
+#include "attn/kv_cache.h"
+#include "attn/threading.h"
+
+namespace {
+
+std::vector<float> Normal(size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// Sums a buffer in 64-bit words on ComputeThreads() threads: bytes/s of a
+// plain read, the figure the decode rows are held against.
+void BM_MemoryRead(benchmark::State& state) {
+  const size_t bytes = size_t{1} << 30, words = bytes / 8;
+  std::vector<uint64_t> buf(words);
+  for (size_t i = 0; i < words; i += 512) buf[i] = i;  // touch every page
+  std::memset(buf.data(), 1, bytes);
+  const int threads = attn::ComputeThreads();
+  uint64_t sink = 0;
+  for (auto _ : state) {
+    std::vector<uint64_t> part(static_cast<size_t>(threads), 0);
+    std::vector<std::thread> team;
+    for (int t = 0; t < threads; ++t) {
+      team.emplace_back([&, t] {
+        const size_t lo = words * t / threads, hi = words * (t + 1) / threads;
+        uint64_t a = 0, b = 0, c = 0, d = 0;
+        for (size_t i = lo; i + 4 <= hi; i += 4) {
+          a += buf[i];
+          b += buf[i + 1];
+          c += buf[i + 2];
+          d += buf[i + 3];
+        }
+        part[static_cast<size_t>(t)] = a + b + c + d;
+      });
+    }
+    for (auto& th : team) th.join();
+    for (uint64_t p : part) sink += p;
+  }
+  benchmark::DoNotOptimize(sink);
+  state.counters["GBps"] = benchmark::Counter(static_cast<double>(bytes) / 1e9,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::to_string(threads) + " threads");
+}
+
+constexpr int64_t kHq = 32, kHkv = 8, kD = 128;
+
+attn::KvSessionSpec Spec(const std::string& id) {
+  attn::KvSessionSpec s;
+  s.session_id = id;
+  s.num_kv_heads = kHkv;
+  s.head_dim = kD;
+  s.cache_type = attn::CacheType::kBFloat16;
+  return s;
+}
+
+// Fills a session's layer 0 to `tokens` in chunks of keys and values only.
+void Fill(attn::KvCacheStore& store, const std::string& id, int64_t tokens,
+          const std::vector<float>& kv) {
+  const int64_t chunk = static_cast<int64_t>(kv.size()) / (kHkv * kD);
+  std::vector<float> none;
+  for (int64_t at = 0; at < tokens; at += chunk) {
+    const int64_t n = std::min(chunk, tokens - at);
+    attn::KvStep st;
+    st.session_id = id;
+    st.query = attn::TensorView::Dense(none.data(), {kHkv, 0, kD});
+    // [Hkv, n, D] read through a token stride of `chunk` rows.
+    attn::TensorView v{attn::DataType::kFloat32, kv.data(), {kHkv, n, kD}, {chunk * kD, kD, 1}};
+    st.key = v;
+    st.value = v;
+    auto r = store.Extend(0, {st}, {});
+    if (!r.ok()) std::abort();
+  }
+}
+
+// Decode steps of Hq32/Hkv8/D128 over a bf16 cache: `sessions` sessions of
+// L tokens, one query and one new token each, in one Extend. Counts the
+// K/V bytes each step reads; the appended token is dropped again between
+// iterations (untimed), so L stays put.
+void BM_KvDecode(benchmark::State& state) {
+  const int64_t sessions = state.range(0), L = state.range(1);
+  attn::KvStoreOptions o;
+  o.pool_bytes = int64_t{1100} << 20;
+  o.default_max_tokens = 65536;
+  attn::KvCacheStore store(o);
+  const auto kv = Normal(static_cast<size_t>(kHkv * 4096 * kD), 1);
+  std::vector<std::string> ids;
+  for (int64_t s = 0; s < sessions; ++s) {
+    ids.push_back("s" + std::to_string(s));
+    if (!store.Create(Spec(ids.back())).ok()) std::abort();
+    Fill(store, ids.back(), L, kv);
+  }
+  const auto q = Normal(static_cast<size_t>(kHq * kD), 2);
+  const auto knew = Normal(static_cast<size_t>(kHkv * kD), 3);
+  std::vector<attn::KvStep> steps;
+  for (const auto& id : ids) {
+    steps.push_back({id, attn::TensorView::Dense(q.data(), {kHq, 1, kD}),
+                     attn::TensorView::Dense(knew.data(), {kHkv, 1, kD}),
+                     attn::TensorView::Dense(knew.data(), {kHkv, 1, kD})});
+  }
+  for (auto _ : state) {
+    auto r = store.Extend(0, steps, {});
+    if (!r.ok()) state.SkipWithError(r.status().ToString().c_str());
+    state.PauseTiming();
+    for (const auto& id : ids) (void)store.Truncate(id, L);
+    state.ResumeTiming();
+  }
+  const double bytes =
+      static_cast<double>(sessions) * static_cast<double>(L + 1) * kHkv * kD * 2 * 2;
+  state.counters["GBps"] =
+      benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["steps_per_s"] = benchmark::Counter(static_cast<double>(sessions),
+                                                     benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// A 2048-token chunk into an empty session (GQA 32/8, D128, causal, bf16
+// cache), or (stateless:1) ScaledDotProductAttention on the same shape.
+void BM_KvPrefill(benchmark::State& state) {
+  const bool stateless = state.range(0) != 0;
+  const int64_t n = 2048;
+  const auto q = Normal(static_cast<size_t>(kHq * n * kD), 1);
+  const auto k = Normal(static_cast<size_t>(kHkv * n * kD), 2);
+  const auto v = Normal(static_cast<size_t>(kHkv * n * kD), 3);
+  attn::KvStoreOptions o;
+  o.pool_bytes = int64_t{256} << 20;
+  attn::KvCacheStore store(o);
+  if (!store.Create(Spec("p")).ok()) std::abort();
+  for (auto _ : state) {
+    if (stateless) {
+      attn::ScaledDotProductAttentionOptions so;
+      so.masks.causal = true;
+      auto r =
+          attn::ScaledDotProductAttention(attn::TensorView::Dense(q.data(), {1, kHq, n, kD}),
+                                          attn::TensorView::Dense(k.data(), {1, kHkv, n, kD}),
+                                          attn::TensorView::Dense(v.data(), {1, kHkv, n, kD}), so);
+      benchmark::DoNotOptimize(r);
+    } else {
+      attn::KvStep st{"p", attn::TensorView::Dense(q.data(), {kHq, n, kD}),
+                      attn::TensorView::Dense(k.data(), {kHkv, n, kD}),
+                      attn::TensorView::Dense(v.data(), {kHkv, n, kD})};
+      auto r = store.Extend(0, {st}, {});
+      if (!r.ok()) state.SkipWithError(r.status().ToString().c_str());
+      state.PauseTiming();
+      (void)store.Truncate("p", 0);
+      state.ResumeTiming();
+    }
+  }
+  // The unmasked pairs of a causal square: n (n + 1) / 2 per head.
+  const double flops = 2.0 * kHq * (n * (n + 1) / 2.0) * (2 * kD);
+  state.counters["GFLOPS"] =
+      benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+}  // namespace
+
+BENCHMARK(BM_MemoryRead)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_KvDecode)
+    ->Args({1, 4096})
+    ->Args({1, 32768})
+    ->Args({32, 4096})
+    ->ArgNames({"sessions", "L"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_KvPrefill)
+    ->Arg(0)
+    ->Arg(1)
+    ->ArgName("stateless")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
