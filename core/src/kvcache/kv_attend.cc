@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "attn/half.h"
-#include "kernels/decode_attention.h"
+#include "kvcache/decode_attention.h"
 #include "kvcache/extend_plan.h"
 
 namespace attn::internal {

@@ -7,7 +7,7 @@
 #include <set>
 
 #include "attn/half.h"
-#include "kernels/decode_attention.h"
+#include "kvcache/decode_attention.h"
 #include "kvcache/extend_plan.h"
 #include "kvcache/session.h"
 

@@ -1,5 +1,5 @@
 // The decode kernel: attention of a few query rows over a paged KV cache
-// (kvcache/), read in place. Internal to core: inputs are already validated.
+// (this room), read in place. Internal to core: inputs are already validated.
 //
 // One task is one kv head of one problem (and, when the problems have too
 // few kv heads for the thread team, one slice of its pages: split-K, the

@@ -1,0 +1,287 @@
+#include "kvcache/decode_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "attn/threading.h"
+#include "kvcache/decode_kernels.h"
+
+namespace attn::internal {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+int ElemBytes(PageElem e) { return e == PageElem::kFloat32 ? 4 : 2; }
+
+// Keys [lo, hi) that query row t of `p` may see.
+void RowRange(const DecodeProblem& p, int64_t t, int64_t* lo, int64_t* hi) {
+  const int64_t pos = p.tokens - p.n + t;
+  int64_t begin = 0, end = p.causal ? std::min(p.tokens, pos + 1) : p.tokens;
+  if (p.window_left >= 0) begin = std::max<int64_t>(0, pos - p.window_left);
+  if (p.window_right >= 0 && p.window_right < p.tokens - pos) {
+    end = std::min(end, pos + p.window_right + 1);
+  }
+  *lo = begin;
+  *hi = std::max(begin, end);
+}
+
+// Partial results of a task: o [R, Dv] unnormalised, m and l [R].
+struct Partial {
+  float* o;
+  float* m;
+  float* l;
+};
+
+struct Task {
+  const DecodeProblem* p;
+  int64_t p0, p1;  // pages [p0, p1) of every kv head
+  Partial part;    // [Hkv][rows] of them
+};
+
+struct Scratch {
+  std::vector<float> q, s, k, v;
+  std::vector<int64_t> lo, hi;
+};
+
+Scratch& ThreadScratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+const float* Widen(const DecodeKernels& kern, PageElem e, const uint8_t* src, int64_t n,
+                   std::vector<float>* buf) {
+  if (e == PageElem::kFloat32) return reinterpret_cast<const float*>(src);
+  if (static_cast<int64_t>(buf->size()) < n) buf->resize(static_cast<size_t>(n));
+  const auto* h = reinterpret_cast<const uint16_t*>(src);
+  if (e == PageElem::kBFloat16) {
+    kern.half->bf16_to_f32(h, buf->data(), n);
+  } else {
+    kern.half->f16_to_f32(h, buf->data(), n);
+  }
+  return buf->data();
+}
+
+// One row's scores of keys [a, a + c) (row entries [ra, rb) are live): the
+// score terms, then the online softmax's update of m, l and the row of o.
+void UpdateRow(const DecodeKernels& kern, const DecodeProblem& p, int64_t h, int64_t pos,
+               float* srow, int64_t a, int64_t c, int64_t ra, int64_t rb, float* orow, float* m,
+               float* l) {
+  const SoftmaxKernels& sk = *kern.softmax;
+  if (rb <= ra) {
+    std::fill(srow, srow + c, 0.0f);
+    return;
+  }
+  float* x = srow + (ra - a);
+  const int64_t nr = rb - ra;
+  if (p.softcap > 0.0f) {
+    sk.softcap(x, nr, p.scale, p.softcap);
+  } else {
+    sk.scale(x, nr, p.scale);
+  }
+  if (p.alibi != nullptr) sk.alibi(x, nr, p.alibi[h], pos, ra);
+  const float mb = sk.scaled_max(x, nr, 1.0f);
+  const float mnew = std::isnan(mb) ? mb : std::max(*m, mb);
+  std::fill(srow, x, 0.0f);
+  std::fill(x + nr, srow + c, 0.0f);
+  if (mnew == kNegInf) {  // every live score is -inf: nothing seen yet
+    std::fill(x, x + nr, 0.0f);
+    return;
+  }
+  if (*m != mnew) {
+    const float alpha = *m == kNegInf ? 0.0f : std::exp(*m - mnew);
+    sk.scale(orow, p.dv, alpha);
+    *l *= alpha;
+    *m = mnew;
+  }
+  *l += sk.exp_sum(x, nr, 1.0f, mnew);
+}
+
+// A task: pages [p0, p1) of every kv head, page by page and head by head
+// within a page, so that it sweeps the pool in the order the heads' pages
+// were allocated (together, one per head, as the layer grew).
+void RunTask(const DecodeKernels& kern, const Task& task, Scratch& sc) {
+  const DecodeProblem& p = *task.p;
+  const int64_t group = p.hq / p.hkv, rows = group * p.n, d = p.d, dv = p.dv;
+  const int64_t T = p.tokens_per_page, es = ElemBytes(p.elem);
+  sc.q.resize(static_cast<size_t>(p.hkv * rows * d));
+  sc.s.resize(static_cast<size_t>(rows * T));
+  sc.lo.resize(static_cast<size_t>(p.n));
+  sc.hi.resize(static_cast<size_t>(p.n));
+  for (int64_t h = 0; h < p.hq; ++h) {  // head h's rows at (h * n + t) * d: group-major
+    for (int64_t t = 0; t < p.n; ++t) {
+      const float* src = p.q + h * p.q_stride[0] + t * p.q_stride[1];
+      float* dst = sc.q.data() + (h * p.n + t) * d;
+      for (int64_t x = 0; x < d; ++x) dst[x] = src[x * p.q_stride[2]];
+    }
+  }
+  for (int64_t t = 0; t < p.n; ++t) RowRange(p, t, &sc.lo[t], &sc.hi[t]);
+  std::fill(task.part.o, task.part.o + p.hkv * rows * dv, 0.0f);
+  std::fill(task.part.m, task.part.m + p.hkv * rows, kNegInf);
+  std::fill(task.part.l, task.part.l + p.hkv * rows, 0.0f);
+  const int64_t lo_u = *std::min_element(sc.lo.begin(), sc.lo.end());
+  const int64_t hi_u = *std::max_element(sc.hi.begin(), sc.hi.end());
+  const bool fast = kern.in_register && d % 8 == 0 && dv % 8 == 0;
+  for (int64_t pg = task.p0; pg < task.p1; ++pg) {
+    const int64_t j0 = pg * T;
+    const int64_t a = std::max(j0, lo_u), b = std::min({j0 + T, p.tokens, hi_u});
+    if (b <= a) continue;
+    const int64_t c = b - a;
+    for (int64_t g = 0; g < p.hkv; ++g) {
+      const uint8_t* base = p.pages[g * p.pages_per_head + pg];
+      const uint8_t* kpage = base + (a - j0) * d * es;
+      const uint8_t* vpage = base + T * d * es + (a - j0) * dv * es;
+      // The same offsets in the page read next, to prefetch: the next
+      // head's, or the first head's of the next page.
+      const uint8_t *knext = nullptr, *vnext = nullptr;
+      int64_t ng = g + 1, npg = pg;
+      if (ng == p.hkv) ng = 0, npg = pg + 1;
+      if (npg < task.p1 && npg * T < std::min(p.tokens, hi_u)) {
+        const uint8_t* nb = p.pages[ng * p.pages_per_head + npg];
+        const int64_t off = std::max<int64_t>(0, lo_u - npg * T);
+        knext = nb + off * d * es;
+        vnext = nb + T * d * es + off * dv * es;
+      }
+      const float* qg = sc.q.data() + g * rows * d;
+      float* og = task.part.o + g * rows * dv;
+      if (fast) {
+        QkPage(p.elem, qg, rows, kpage, c, d, sc.s.data(), T, knext);
+      } else {
+        const float* kf = Widen(kern, p.elem, kpage, c * d, &sc.k);
+        kern.qk(qg, rows, kf, c, d, sc.s.data(), T);
+      }
+      for (int64_t hh = 0; hh < group; ++hh) {
+        for (int64_t t = 0; t < p.n; ++t) {
+          const int64_t r = hh * p.n + t;
+          UpdateRow(kern, p, g * group + hh, p.tokens - p.n + t, sc.s.data() + r * T, a, c,
+                    std::max(a, sc.lo[t]), std::min(b, sc.hi[t]), og + r * dv,
+                    task.part.m + g * rows + r, task.part.l + g * rows + r);
+        }
+      }
+      if (fast) {
+        PvPage(p.elem, sc.s.data(), rows, T, vpage, c, dv, og, vnext);
+      } else {
+        const float* vf = Widen(kern, p.elem, vpage, c * dv, &sc.v);
+        kern.pv(sc.s.data(), rows, T, vf, c, dv, og);
+      }
+    }
+  }
+}
+
+// Merges kv head g's partials of a problem's slices and writes its rows.
+void Finish(const DecodeProblem& p, int64_t g, const Task* slices, int64_t count) {
+  const int64_t group = p.hq / p.hkv, dv = p.dv;
+  for (int64_t hh = 0; hh < group; ++hh) {
+    const int64_t h = g * group + hh;
+    const float sink = p.sink != nullptr ? p.sink[h] : kNegInf;
+    for (int64_t t = 0; t < p.n; ++t) {
+      const int64_t r = hh * p.n + t;
+      float m = sink;
+      for (int64_t s = 0; s < count; ++s) m = std::max(m, slices[s].part.m[g * group * p.n + r]);
+      float* out = p.out + (h * p.n + t) * dv;
+      std::fill(out, out + dv, 0.0f);
+      if (m == kNegInf || std::isnan(m)) {
+        if (p.lse != nullptr) p.lse[h * p.n + t] = m;
+        continue;
+      }
+      double total = sink == kNegInf ? 0.0 : std::exp(static_cast<double>(sink - m));
+      for (int64_t s = 0; s < count; ++s) {
+        const Partial& part = slices[s].part;
+        const int64_t gr = g * group * p.n + r;  // the row among all kv heads' rows
+        if (part.m[gr] == kNegInf) continue;
+        const float w = std::exp(part.m[gr] - m);
+        total += static_cast<double>(part.l[gr]) * w;
+        const float* o = part.o + gr * dv;
+        for (int64_t x = 0; x < dv; ++x) out[x] += w * o[x];
+      }
+      const float inv = static_cast<float>(1.0 / total);
+      for (int64_t x = 0; x < dv; ++x) out[x] *= inv;
+      if (p.lse != nullptr) p.lse[h * p.n + t] = m + static_cast<float>(std::log(total));
+    }
+  }
+}
+
+// Pages of `p` that some row may read: [*first, *last).
+void VisiblePages(const DecodeProblem& p, int64_t* first, int64_t* last) {
+  int64_t lo = p.tokens, hi = 0;
+  for (int64_t t = 0; t < p.n; ++t) {
+    int64_t a, b;
+    RowRange(p, t, &a, &b);
+    if (b > a) {
+      lo = std::min(lo, a);
+      hi = std::max(hi, b);
+    }
+  }
+  const int64_t T = p.tokens_per_page;
+  *first = hi > lo ? lo / T : 0;
+  *last = hi > lo ? (hi + T - 1) / T : 0;
+}
+
+}  // namespace
+
+Status RunDecodeAttention(const std::vector<const DecodeProblem*>& problems, int threads,
+                          const std::atomic<bool>* cancelled) {
+  const DecodeKernels& kern = GetDecodeKernels();
+  if (threads <= 0) threads = ComputeThreads();
+  int64_t live = 0;
+  for (const DecodeProblem* p : problems) live += p->n > 0 ? 1 : 0;
+  // Split-K when the problems cannot keep the team busy; a slice keeps at
+  // least kMinSlicePages pages a head, so its merge costs little against
+  // its reads.
+  constexpr int64_t kMinSlicePages = 4;
+  const int64_t want = live > 0 && live < 2 * threads ? (2 * threads + live - 1) / live : 1;
+  std::vector<Task> tasks;
+  std::vector<std::pair<size_t, size_t>> slices_at;  // (first task, count) per problem
+  std::vector<float> storage;
+  for (int pass = 0; pass < 2; ++pass) {  // sizes, then the tasks with their storage
+    size_t at = 0;
+    for (const DecodeProblem* p : problems) {
+      if (p->n == 0) continue;
+      int64_t first, last;
+      VisiblePages(*p, &first, &last);
+      const int64_t visible = last - first;
+      const int64_t slices = std::max<int64_t>(1, std::min(want, visible / kMinSlicePages));
+      const int64_t rows = p->hq * p->n;  // of every kv head
+      if (pass == 1) slices_at.emplace_back(tasks.size(), static_cast<size_t>(slices));
+      for (int64_t s = 0; s < slices; ++s) {
+        if (pass == 1) {
+          float* o = storage.data() + at;
+          tasks.push_back(Task{p, first + visible * s / slices, first + visible * (s + 1) / slices,
+                               Partial{o, o + rows * p->dv, o + rows * p->dv + rows}});
+        }
+        at += static_cast<size_t>(rows * (p->dv + 2));
+      }
+    }
+    if (pass == 0) storage.resize(at);
+  }
+  std::atomic<bool> stop{false};
+  auto run = [&](int64_t i) {
+    if (stop.load(std::memory_order_relaxed)) return;
+    if (cancelled != nullptr && cancelled->load(std::memory_order_relaxed)) {
+      stop = true;
+      return;
+    }
+    RunTask(kern, tasks[static_cast<size_t>(i)], ThreadScratch());
+  };
+  const int64_t n = static_cast<int64_t>(tasks.size());
+  const int team = static_cast<int>(std::min<int64_t>(threads, n));
+  if (team <= 1) {
+    for (int64_t i = 0; i < n; ++i) run(i);
+  } else {
+#pragma omp parallel for num_threads(team) schedule(dynamic, 1)
+    for (int64_t i = 0; i < n; ++i) run(i);
+  }
+  if (stop.load() || (cancelled != nullptr && cancelled->load())) {
+    return Status::Cancelled("extend: cancelled");
+  }
+  for (const auto& [first, count] : slices_at) {
+    const Task& t = tasks[first];
+    for (int64_t g = 0; g < t.p->hkv; ++g)
+      Finish(*t.p, g, &tasks[first], static_cast<int64_t>(count));
+  }
+  // Problems with no query rows have nothing to write.
+  return Status::Ok();
+}
+
+}  // namespace attn::internal
