@@ -35,22 +35,7 @@ void SetShared(const CallSpec& s, Request* req) {
 // AttentionOptions, when any variant is asked for.
 template <typename Request>
 void SetOptions(const CallSpec& s, Request* req) {
-  const AttentionVariants& v = s.variants;
-  if (!v.any()) return;
-  attention::v1::AttentionOptions* o = req->mutable_options();
-  o->set_causal_alignment(v.bottom_right ? attention::v1::CAUSAL_ALIGNMENT_BOTTOM_RIGHT
-                                         : attention::v1::CAUSAL_ALIGNMENT_TOP_LEFT);
-  if (v.window_left) o->set_window_left(*v.window_left);
-  if (v.window_right) o->set_window_right(*v.window_right);
-  if (v.softcap) o->set_softcap(*v.softcap);
-  // Slopes and sinks are float32 whatever --dtype says (the contract's FLOAT32).
-  if (v.alibi_slopes) *o->mutable_alibi_slopes() = ToWire(*v.alibi_slopes, s.encoding);
-  if (v.sink_logits) *o->mutable_sink_logits() = ToWire(*v.sink_logits, s.encoding);
-  o->set_return_lse(v.return_lse);
-  if (v.compute_precision == "float32") o->set_compute_precision(attention::v1::PRECISION_FLOAT32);
-  if (v.compute_precision == "bfloat16") {
-    o->set_compute_precision(attention::v1::PRECISION_BFLOAT16);
-  }
+  if (s.variants.any()) SetAttentionOptions(s.variants, s.encoding, req->mutable_options());
 }
 
 template <typename Request>
@@ -61,6 +46,23 @@ void SetQueryKeyValue(const CallSpec& s, Request* req) {
 }
 
 }  // namespace
+
+void SetAttentionOptions(const AttentionVariants& v, Encoding encoding,
+                         attention::v1::AttentionOptions* o) {
+  o->set_causal_alignment(v.bottom_right ? attention::v1::CAUSAL_ALIGNMENT_BOTTOM_RIGHT
+                                         : attention::v1::CAUSAL_ALIGNMENT_TOP_LEFT);
+  if (v.window_left) o->set_window_left(*v.window_left);
+  if (v.window_right) o->set_window_right(*v.window_right);
+  if (v.softcap) o->set_softcap(*v.softcap);
+  // Slopes and sinks are float32 whatever --dtype says (the contract's FLOAT32).
+  if (v.alibi_slopes) *o->mutable_alibi_slopes() = ToWire(*v.alibi_slopes, encoding);
+  if (v.sink_logits) *o->mutable_sink_logits() = ToWire(*v.sink_logits, encoding);
+  o->set_return_lse(v.return_lse);
+  if (v.compute_precision == "float32") o->set_compute_precision(attention::v1::PRECISION_FLOAT32);
+  if (v.compute_precision == "bfloat16") {
+    o->set_compute_precision(attention::v1::PRECISION_BFLOAT16);
+  }
+}
 
 const google::protobuf::Message& AttentionCall::message() const {
   if (oip) return infer;

@@ -30,6 +30,11 @@ struct AttentionCall {
   std::string method() const;  // "/attention.v1.AttentionService/MultiHeadAttention"
 };
 
+// The variants as attention.v1's AttentionOptions (slopes and sinks as
+// float32 in `encoding`); ExtendRequest's options too.
+void SetAttentionOptions(const AttentionVariants& v, Encoding encoding,
+                         attention::v1::AttentionOptions* o);
+
 // INVALID_ARGUMENT for a spec the RPC cannot carry (no query, a scale for
 // mha, a cross call without an encoder), naming the flag.
 StatusOr<AttentionCall> BuildCall(const CallSpec& spec);

@@ -17,6 +17,7 @@ namespace attn::server {
 namespace {
 
 constexpr const char* kServiceName = "attention.v1.AttentionService";
+constexpr const char* kSessionServiceName = "attention.v1.SessionService";
 
 // One small call per model, so that the first real request does not pay for
 // oneDNN's kernel generation and the model is known to run.
@@ -135,6 +136,7 @@ StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerCo
   options.metrics = s->metrics_.get();
   s->dispatcher_ = std::make_unique<CallDispatcher>(options);
   s->service_ = std::make_unique<AttentionServiceImpl>(s->dispatcher_.get());
+  s->StartSessions();
   s->oip_service_ = std::make_unique<OipServiceImpl>(s->dispatcher_.get(), &s->ready_);
   auto credentials = Credentials(config);
   if (!credentials.ok()) return credentials.status();
@@ -147,6 +149,7 @@ StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerCo
   builder.AddListeningPort(address, *credentials, &s->port_);
   builder.RegisterService(s->service_.get());
   builder.RegisterService(s->oip_service_.get());
+  builder.RegisterService(s->session_service_.get());
   s->server_ = builder.BuildAndStart();
   if (!s->server_ || s->port_ == 0) {
     return Status::FailedPrecondition("cannot listen on " + address +
@@ -208,6 +211,7 @@ StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerCo
       fmt::format("{} models warmed up in {:.0f} ms; SERVING", s->models_->All().size(),
                   std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
                       .count()));
+  s->StartSessionExpiry();
   s->ready_ = true;
   s->SetServing(true);
   return s;
@@ -215,6 +219,7 @@ StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerCo
 
 AttentionServer::~AttentionServer() {
   Shutdown(std::chrono::milliseconds(0));
+  StopSessionExpiry();
   // Join the compute workers before the service and the gRPC server go: a
   // worker returns from its last job (after Finish) on its own schedule.
   scheduler_.reset();
@@ -231,6 +236,8 @@ void AttentionServer::SetServing(bool serving) {
   if (auto* health = server_->GetHealthCheckService()) {
     health->SetServingStatus("", serving);
     health->SetServingStatus(kServiceName, serving);
+    // A full KV-cache pool is not an unhealthy server: sessions follow the server.
+    health->SetServingStatus(kSessionServiceName, serving);
   }
 }
 
@@ -243,6 +250,59 @@ void AttentionServer::Shutdown(std::chrono::milliseconds grace) {
   server_->Shutdown(std::chrono::system_clock::now() + grace);
   server_->Wait();
   metrics_http_.reset();
+  StopSessionExpiry();
+}
+
+void AttentionServer::StartSessions() {
+  KvStoreOptions kv;
+  kv.pool_bytes = config_.kv_cache_bytes;
+  kv.max_sessions = config_.max_sessions;
+  kv.default_max_tokens = config_.max_session_tokens;
+  sessions_ = std::make_unique<KvCacheStore>(kv);
+  session_metrics_ = std::make_unique<SessionMetrics>();
+  session_service_ = std::make_unique<SessionServiceImpl>(dispatcher_.get(), sessions_.get(),
+                                                          session_metrics_.get());
+}
+
+void AttentionServer::StartSessionExpiry() {
+  LogMessage(spdlog::level::info,
+             fmt::format("KV-cache sessions: pool {} MiB in pages of {} KiB, at most {} sessions "
+                         "of {} tokens a layer, idle timeout {}",
+                         sessions_->bytes_limit() >> 20, sessions_->options().page_bytes >> 10,
+                         config_.max_sessions, config_.max_session_tokens,
+                         config_.session_idle_timeout_s > 0
+                             ? fmt::format("{:g} s", config_.session_idle_timeout_s)
+                             : std::string("off")));
+  if (config_.session_idle_timeout_s <= 0) return;
+  const auto idle = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(config_.session_idle_timeout_s));
+  // Checked a few times per timeout (at least once a second), so a session
+  // lives at most a quarter timeout (or a second) past its expiry.
+  const auto every =
+      std::min<std::chrono::steady_clock::duration>(idle / 4, std::chrono::seconds(1));
+  expiry_ = std::thread([this, idle, every] {
+    std::unique_lock<std::mutex> lock(expiry_mu_);
+    while (!expiry_stop_) {
+      expiry_cv_.wait_for(lock, std::max<std::chrono::steady_clock::duration>(
+                                    every, std::chrono::milliseconds(10)));
+      if (expiry_stop_) break;
+      const int64_t n = sessions_->ExpireIdle(idle);
+      if (n > 0) {
+        session_metrics_->RecordExpired(n);
+        LogMessage(spdlog::level::info,
+                   fmt::format("expired {} idle KV-cache sessions (--session-idle-timeout)", n));
+      }
+    }
+  });
+}
+
+void AttentionServer::StopSessionExpiry() {
+  {
+    std::lock_guard<std::mutex> lock(expiry_mu_);
+    expiry_stop_ = true;
+  }
+  expiry_cv_.notify_all();
+  if (expiry_.joinable()) expiry_.join();
 }
 
 std::string AttentionServer::RenderMetrics() const {
@@ -257,7 +317,12 @@ std::string AttentionServer::RenderMetrics() const {
   g.held_bytes = held_->held();
   g.held_connections = held_->connections();
   g.memory_quota_bytes = held_->quota();
-  return metrics_->Render(g);
+  SessionGauges sg;
+  sg.sessions = sessions_->num_sessions();
+  sg.max_sessions = config_.max_sessions;
+  sg.bytes_used = sessions_->bytes_used();
+  sg.bytes_limit = sessions_->bytes_limit();
+  return metrics_->Render(g) + session_metrics_->Render(sg);
 }
 
 Status AttentionServer::ReloadTokens() {

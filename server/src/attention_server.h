@@ -8,6 +8,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <memory>
 #include <string>
 
@@ -23,6 +26,7 @@
 #include "ops/server_metrics.h"
 #include "ops/token_auth.h"
 #include "server_config.h"
+#include "sessions/session_service.h"
 
 namespace attn::server {
 
@@ -37,6 +41,8 @@ class AttentionServer {
   int port() const { return port_; }
   const ModelRegistry& models() const { return *models_; }
   int compute_threads() const { return scheduler_->cpus(); }
+  // The KV-cache sessions (tests look at the pool).
+  KvCacheStore& sessions() const { return *sessions_; }
   // Calls computing or waiting for a CPU.
   int calls_in_flight() const { return scheduler_->running() + scheduler_->queued(); }
   // The port of /metrics, or -1 when --metrics-port is off.
@@ -64,6 +70,11 @@ class AttentionServer {
   AttentionServer() = default;
   // The Prometheus text /metrics serves (only with --metrics-port).
   std::string RenderMetrics() const;
+  // The KV-cache store and its service (before the gRPC server is built).
+  void StartSessions();
+  // The thread that expires idle sessions (--session-idle-timeout).
+  void StartSessionExpiry();
+  void StopSessionExpiry();
 
   ServerConfig config_;
   std::unique_ptr<ModelRegistry> models_;
@@ -74,6 +85,13 @@ class AttentionServer {
   std::unique_ptr<CallDispatcher> dispatcher_;
   std::unique_ptr<AttentionServiceImpl> service_;
   std::unique_ptr<OipServiceImpl> oip_service_;
+  std::unique_ptr<KvCacheStore> sessions_;  // the KV-cache sessions
+  std::unique_ptr<SessionMetrics> session_metrics_;
+  std::unique_ptr<SessionServiceImpl> session_service_;
+  std::thread expiry_;
+  std::mutex expiry_mu_;
+  std::condition_variable expiry_cv_;
+  bool expiry_stop_ = false;
   std::atomic<bool> ready_{false};  // every model loaded and warmed up (OIP ServerReady)
   std::unique_ptr<MetricsHttpServer> metrics_http_;
   std::unique_ptr<OipHttpServer> oip_http_;  // null without --http-port

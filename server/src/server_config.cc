@@ -64,6 +64,25 @@ Setter OneOf(std::vector<std::string> choices, void (*store)(ServerConfig*, cons
   };
 }
 
+// Seconds >= 0, given bare or with an s, m or h suffix ("90", "90s", "10m", "2h").
+Setter Duration(void (*store)(ServerConfig*, double)) {
+  return [store](const std::string& name, const std::string& v, ServerConfig* c) {
+    char* end = nullptr;
+    const double x = std::strtod(v.c_str(), &end);
+    const std::string unit = end != nullptr ? end : "";
+    const double mult = unit.empty() || unit == "s" ? 1
+                        : unit == "m"               ? 60
+                        : unit == "h"               ? 3600
+                                                    : -1;
+    if (v.empty() || end == v.c_str() || mult < 0 || !std::isfinite(x) || x < 0) {
+      return Status::InvalidArgument(
+          name + ": expected a duration >= 0 such as 600, 90s, 10m or 2h, got '" + v + "'");
+    }
+    store(c, x * mult);
+    return Status::Ok();
+  };
+}
+
 // A non-empty path, stored by `store` (opened at start-up, with its error).
 Setter Path(void (*store)(ServerConfig*, const std::string&)) {
   return [store](const std::string& name, const std::string& v, ServerConfig* c) {
@@ -73,9 +92,33 @@ Setter Path(void (*store)(ServerConfig*, const std::string&)) {
   };
 }
 
+// The KV-cache sessions' flags.
+std::map<std::string, Flag> SessionFlags() {
+  using C = ServerConfig;
+  return {
+      {"--kv-cache-mb",
+       {"ATTN_KV_CACHE_MB",
+        "the KV-cache sessions' page pool, MiB: every session's keys and values together; "
+        "never over-committed (default 1024)",
+        Int(1, 1LL << 30, [](C* c, long long x) { c->kv_cache_bytes = x << 20; })}},
+      {"--max-sessions",
+       {"ATTN_MAX_SESSIONS", "KV-cache sessions alive at once (default 4096)",
+        Int(1, 1LL << 24, [](C* c, long long x) { c->max_sessions = x; })}},
+      {"--max-session-tokens",
+       {"ATTN_MAX_SESSION_TOKENS",
+        "tokens one session's layer may hold: its max_tokens' default and most (default 131072)",
+        Int(1, 1LL << 32, [](C* c, long long x) { c->max_session_tokens = x; })}},
+      {"--session-idle-timeout",
+       {"ATTN_SESSION_IDLE_TIMEOUT",
+        "idle time after which a session expires and frees its pages, e.g. 600, 90s, 10m, 2h; "
+        "0 never (default 10m)",
+        Duration([](C* c, double x) { c->session_idle_timeout_s = x; })}},
+  };
+}
+
 const std::map<std::string, Flag>& Flags() {
   using C = ServerConfig;
-  static const auto* flags = new std::map<std::string, Flag>{
+  static auto* flags = new std::map<std::string, Flag>{
       {"--host",
        {"ATTN_HOST", "address to listen on (default 0.0.0.0)",
         [](const std::string& name, const std::string& v, C* c) {
@@ -179,6 +222,12 @@ const std::map<std::string, Flag>& Flags() {
         "'authorization: Bearer <token>' (health stays open)",
         Path([](C* c, const std::string& v) { c->auth_token_file = v; })}},
   };
+  // Merged once (thread-safe static initialisation), before the first reader.
+  static const bool merged = [] {
+    flags->merge(SessionFlags());
+    return true;
+  }();
+  (void)merged;
   return *flags;
 }
 
@@ -187,7 +236,8 @@ const std::map<std::string, Flag>& Flags() {
 std::string ServerUsage() {
   std::string s =
       "usage: attention-server [flags]\n\n"
-      "Serves attention.v1.AttentionService, grpc.health.v1.Health and server reflection.\n"
+      "Serves attention.v1.AttentionService, attention.v1.SessionService, the Open Inference\n"
+      "Protocol, grpc.health.v1.Health and server reflection.\n"
       "Every flag can also be set by its environment variable.\n\n";
   for (const auto& [name, f] : Flags()) {
     s += "  " + name + " VALUE";

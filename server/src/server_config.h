@@ -34,6 +34,11 @@ struct ServerConfig {
   std::string tls_key;           // --tls-key, ATTN_TLS_KEY (PEM)
   std::string tls_client_ca;     // --tls-client-ca, ATTN_TLS_CLIENT_CA: require client certs
   std::string auth_token_file;   // --auth-token-file, ATTN_AUTH_TOKEN_FILE: require a token
+  // KV-cache sessions (SessionService).
+  int64_t kv_cache_bytes = int64_t{1024} << 20;  // --kv-cache-mb, ATTN_KV_CACHE_MB: the page pool
+  int64_t max_sessions = 4096;                   // --max-sessions, ATTN_MAX_SESSIONS
+  int64_t max_session_tokens = 131072;  // --max-session-tokens, ATTN_MAX_SESSION_TOKENS, per layer
+  double session_idle_timeout_s = 600;  // --session-idle-timeout, ATTN_SESSION_IDLE_TIMEOUT; 0: never
 };
 
 // Parses argv (without argv[0]) over the environment read through `getenv`.

@@ -367,6 +367,8 @@ TEST_P(ServerTest, HealthIsServing) {
   EXPECT_EQ(status, "SERVING");
   ASSERT_TRUE(Demo().Health("attention.v1.AttentionService", &status).ok());
   EXPECT_EQ(status, "SERVING");
+  ASSERT_TRUE(Demo().Health("attention.v1.SessionService", &status).ok());
+  EXPECT_EQ(status, "SERVING");
   auto st = Demo().Health("no.such.Service", &status);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
 }
@@ -433,8 +435,8 @@ TEST_P(ServerTest, ReflectionListsTheServices) {
   ASSERT_TRUE(call.Read(&resp));
   std::vector<std::string> names;
   for (const auto& s : resp.list_services_response().service()) names.push_back(s.name());
-  for (const char* want : {"attention.v1.AttentionService", "grpc.health.v1.Health",
-                           "grpc.reflection.v1alpha.ServerReflection"}) {
+  for (const char* want : {"attention.v1.AttentionService", "attention.v1.SessionService",
+                           "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
   }
   // And the API's descriptor, which is what grpcurl needs to build requests.

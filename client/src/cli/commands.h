@@ -15,6 +15,11 @@ int RunCall(const CommandLine& cl);
 // A load; stops early (with a partial report) when *interrupt turns true.
 int RunBenchCommand(const CommandLine& cl, const std::atomic<bool>* interrupt);
 
+// session create|extend|info|fork|truncate|delete|list (session_commands.cc).
+int RunSession(const CommandLine& cl);
+// bench --op decode: sessions prefilled, then stepped (session_commands.cc).
+int RunDecodeBench(const CommandLine& cl, const std::atomic<bool>* interrupt);
+
 // Prints "attention-client: <message>" to stderr and returns `code`.
 int Fail(const std::string& message, int code = 2);
 

@@ -36,11 +36,18 @@ bool IsCommand(const std::string& word) {
   return false;
 }
 
+bool IsSessionCommand(const std::string& word) {
+  for (const char* c : {"create", "extend", "info", "fork", "truncate", "delete", "list"}) {
+    if (word == c) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 const std::vector<std::string>& Commands() {
-  static const std::vector<std::string> kCommands = {"health", "models", "attention",
-                                                     "cross",  "mha",    "bench"};
+  static const std::vector<std::string> kCommands = {"health", "models", "attention", "cross",
+                                                     "mha",    "bench",  "session"};
   return kCommands;
 }
 
@@ -62,41 +69,54 @@ const std::vector<FlagSpec>& FlagTable() {
     // The attention calls, one call or a load.
     {"--model", "NAME", "attention cross mha bench", "server-side weights"},
     {"--num-heads", "N", "mha bench", "heads (mha: taken from the model when 0; bench: inline shapes, default 1)"},
-    {"--causal", nullptr, "attention cross mha bench", "query i never sees key j > i"},
-    {"--encoding", "raw|values", "attention cross mha bench", "how tensors travel: raw bytes or repeated float (default raw)"},
+    {"--causal", nullptr, "attention cross mha bench session", "query i never sees key j > i"},
+    {"--encoding", "raw|values", "attention cross mha bench session", "how tensors travel: raw bytes or repeated float (default raw)"},
     {"--protocol", "native|oip", "attention cross mha bench", "attention.v1, or the Open Inference Protocol's ModelInfer (default native)"},
-    {"--dtype", "float32|float16|bfloat16", "attention cross mha bench", "the float tensors' wire type, both ways (half types as raw bytes; default float32)"},
+    {"--dtype", "float32|float16|bfloat16", "attention cross mha bench session", "the float tensors' wire type, both ways (half types as raw bytes; default float32)"},
     {"--seed", "N", "attention cross mha bench", "for the random inputs (default 0)"},
     // One call.
-    {"--query", "ARR", "attention mha", "a JSON array, or a .npy file"},
-    {"--key", "ARR", "attention mha", "(default: the query)"},
-    {"--value", "ARR", "attention mha", "(default: the key)"},
+    {"--query", "ARR", "attention mha session", "a JSON array, or a .npy file"},
+    {"--key", "ARR", "attention mha session", "(default: the query)"},
+    {"--value", "ARR", "attention mha session", "(default: the key)"},
     {"--decoder", "ARR", "cross", "the queries' side"},
     {"--encoder", "ARR", "cross", "the keys' and values' side"},
     {"--random", "B,L", "attention cross mha", "random inputs sized from --model (B,L,D without a model)"},
     {"--key-padding-mask", "ARR", "attention cross mha", "bool [B, Lk], true = ignore that key"},
     {"--attn-bias", "ARR", "attention cross mha", "float, added to the scores"},
-    {"--scale", "F", "attention cross", "score scale (default 1/sqrt(D))"},
+    {"--scale", "F", "attention cross session", "score scale (default 1/sqrt(D))"},
     {"--return-weights", nullptr, "attention cross mha", "also print (or write) the attention weights"},
     {"--per-head-weights", nullptr, "mha", "weights per head instead of averaged"},
-    {"--output", "FILE.npy", "attention cross mha", "write the output instead of printing it"},
+    {"--output", "FILE.npy", "attention cross mha session", "write the output instead of printing it"},
     {"--weights-output", "FILE.npy", "attention cross mha", "write the weights instead of printing them"},
-    {"--precision", "N", "attention cross mha", "digits printed (default 4)"},
+    {"--precision", "N", "attention cross mha session", "digits printed (default 4)"},
     // The attention variants (attention.v1's AttentionOptions; OIP's parameters).
     {"--causal-alignment", "top_left|bottom_right", "attention cross mha bench", "where query i sits among the keys for --causal and windows: i, or i + Lk - Lq (default top_left)"},
-    {"--window-left", "N", "attention cross mha bench", "sliding window: query i sees keys j >= p_i - N"},
-    {"--window-right", "N", "attention cross mha bench", "sliding window: query i sees keys j <= p_i + N"},
-    {"--softcap", "F", "attention cross mha bench", "scores become F * tanh(s / F) (F > 0)"},
-    {"--alibi-slopes", "ARR", "attention cross mha bench", "ALiBi slopes, float [H] or [B, H]"},
-    {"--sink-logits", "ARR", "attention cross mha bench", "attention sinks: one logit per head, float [H]"},
-    {"--return-lse", nullptr, "attention cross mha bench", "also return (print or write) the log-sum-exp of every row"},
-    {"--lse-output", "FILE.npy", "attention cross mha", "write the lse instead of printing it"},
-    {"--compute-precision", "float32|bfloat16", "attention cross mha bench", "the matmuls' arithmetic the call permits (default: the server's)"},
+    {"--window-left", "N", "attention cross mha bench session", "sliding window: query i sees keys j >= p_i - N"},
+    {"--window-right", "N", "attention cross mha bench session", "sliding window: query i sees keys j <= p_i + N"},
+    {"--softcap", "F", "attention cross mha bench session", "scores become F * tanh(s / F) (F > 0)"},
+    {"--alibi-slopes", "ARR", "attention cross mha bench session", "ALiBi slopes, float [H] or [B, H]"},
+    {"--sink-logits", "ARR", "attention cross mha bench session", "attention sinks: one logit per head, float [H]"},
+    {"--return-lse", nullptr, "attention cross mha bench session", "also return (print or write) the log-sum-exp of every row"},
+    {"--lse-output", "FILE.npy", "attention cross mha session", "write the lse instead of printing it"},
+    {"--compute-precision", "float32|bfloat16", "attention cross mha bench session", "the matmuls' arithmetic the call permits (default: the server's)"},
     {"--cu-seqlens-q", "0,N,...", "attention bench", "a packed batch: offsets of each sequence's queries (B + 1, rising from 0 to total_q); query [total_q, H, D]"},
     {"--cu-seqlens-k", "0,N,...", "attention bench", "a packed batch: offsets of each sequence's keys (B + 1, from 0 to total_k); key/value [total_k, Hkv, D]"},
-    {"--num-kv-heads", "N", "mha bench", "kv heads: mha's field (grouped-query projections); bench --op attention: the key's and value's heads"},
+    {"--num-kv-heads", "N", "mha bench session", "kv heads: mha's field (grouped-query projections); bench --op attention: the key's and value's heads"},
     // A load.
-    {"--op", "attention|cross|mha|health", "bench", "what to call (default mha)"},
+    // session create|extend|info|fork|truncate|delete|list: KV-cache sessions
+    {"--session-id", "ID", "session", "the session ([A-Za-z0-9._-]{1,128}; create: the server names it when absent)"},
+    {"--new-session-id", "ID", "session", "fork: the child's id (default: the server names it)"},
+    {"--num-layers", "N", "session bench", "create, bench --op decode: layers of the cache (default 1)"},
+    {"--head-dim", "D", "session", "create: the key width D"},
+    {"--value-dim", "D", "session", "create: the value width (default: --head-dim)"},
+    {"--cache-dtype", "float32|bfloat16|float16", "session bench", "how the cache stores K and V (default float32; bench --op decode: bfloat16)"},
+    {"--max-tokens", "N", "session", "create: tokens a layer may hold (default: the server's --max-session-tokens)"},
+    {"--layer", "N", "session", "extend: the layer (default 0)"},
+    {"--tokens", "N", "session", "truncate: keep the first N tokens of every layer"},
+    {"--sessions", "N", "bench", "--op decode: sessions, stepped together in one Extend (default 8)"},
+    {"--prefill", "P", "bench", "--op decode: tokens each session is filled with first (default 1024)"},
+    {"--step-tokens", "N", "bench", "--op decode: query and key/value tokens per step and session (default 1)"},
+    {"--op", "attention|cross|mha|health|decode", "bench", "what to call (default mha); decode: KV-cache sessions stepped through Extend (--sessions, --prefill, --step-tokens)"},
     {"--batch", "B", "bench", "input batch (default 1)"},
     {"--seq-q", "L", "bench", "query length (default 128)"},
     {"--seq-k", "L", "bench", "key length (default: --seq-q)"},
@@ -136,6 +156,15 @@ StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args) {
       continue;
     }
     if (name.rfind("-", 0) != 0) {
+      if (cl.command == "session" && cl.subcommand.empty()) {
+        if (!IsSessionCommand(name)) {
+          return Status::InvalidArgument("unknown session command '" + name +
+                                         "': expected create, extend, info, fork, truncate, "
+                                         "delete or list");
+        }
+        cl.subcommand = name;
+        continue;
+      }
       if (!cl.command.empty()) {
         return Status::InvalidArgument("unexpected argument '" + name + "' after command '" +
                                        cl.command + "' (flags take one value each)");
@@ -263,12 +292,23 @@ std::string Usage(const std::string& command) {
          "  attention    scaled dot-product attention (query alone: self-attention)\n"
          "  cross        cross-attention: --decoder and --encoder, with --model\n"
          "  mha          multi-head attention (nn.MultiheadAttention), with --model\n"
-         "  bench        load test: closed or open loop, a concurrency sweep, JSON/CSV\n\n"
+         "  bench        load test: closed or open loop, a concurrency sweep, JSON/CSV\n"
+         "  session      KV-cache sessions: create, extend, info, fork, truncate, delete, list\n\n"
          "inputs (ARR) are a JSON array like '[[1,0],[0,1]]' or a .npy file path.\n"
          "attention-client COMMAND --help lists a command's own flags.\n\n"
          "common flags:\n";
     flag_lines(true);
     return o.str();
+  }
+  if (command == "session") {
+    o << "usage: attention-client session create|extend|info|fork|truncate|delete|list [flags]\n\n"
+         "  create    a session (--num-layers, --num-kv-heads, --head-dim, --cache-dtype, ...)\n"
+         "  extend    append --key/--value to --layer and attend --query over it (bottom-right)\n"
+         "  info      a session's layers, tokens and bytes\n"
+         "  fork      a copy-on-write child (--new-session-id)\n"
+         "  truncate  keep the first --tokens of every layer\n"
+         "  delete    free a session\n"
+         "  list      every session, and the pool's bytes\n\n";
   }
   o << "usage: attention-client " << command << " [flags]\n\n" << command << " flags:\n";
   flag_lines(false);

@@ -28,7 +28,8 @@ const std::vector<FlagSpec>& FlagTable();
 const std::vector<std::string>& Commands();
 
 struct CommandLine {
-  std::string command;  // "" when none was given
+  std::string command;     // "" when none was given
+  std::string subcommand;  // session's: create, extend, info, fork, truncate, delete, list
   std::map<std::string, std::string> values;
   std::set<std::string> switches;
   bool help = false;  // --help or -h

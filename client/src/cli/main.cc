@@ -6,6 +6,8 @@
 //   attention-client cross --model demo-cross-attention --random 1,8
 //   attention-client mha --model demo-mha --random 2,16 --return-weights
 //   attention-client bench --op mha --model demo-mha-small --concurrency 1,4,16
+//   attention-client session create --session-id chat-1 --num-kv-heads 8 --head-dim 128
+//   attention-client bench --op decode --sessions 8 --prefill 4096
 //
 // Flags (flags.h) may come before or after the command; --help lists them.
 #include <absl/synchronization/mutex.h>
@@ -42,10 +44,12 @@ int main(int argc, char** argv) {
   const std::string& command = cl->command;
   if (command == "health") return client::RunHealth(*cl);
   if (command == "models") return client::RunModels(*cl);
+  if (command == "session") return client::RunSession(*cl);
   if (command == "bench") {
     struct sigaction sa = {};
     sa.sa_handler = OnInterrupt;
     sigaction(SIGINT, &sa, nullptr);  // Ctrl-C: stop, print the partial report
+    if (cl->get("--op") == "decode") return client::RunDecodeBench(*cl, &g_interrupted);
     return client::RunBenchCommand(*cl, &g_interrupted);
   }
   return client::RunCall(*cl);

@@ -68,6 +68,20 @@ const char* RpcName(Rpc rpc) {
     case Rpc::kOipMetadata:
     case Rpc::kHttpMetadata:
       return "Metadata";
+    case Rpc::kCreateSession:
+      return "CreateSession";
+    case Rpc::kGetSession:
+      return "GetSession";
+    case Rpc::kExtend:
+      return "Extend";
+    case Rpc::kForkSession:
+      return "ForkSession";
+    case Rpc::kTruncateSession:
+      return "TruncateSession";
+    case Rpc::kDeleteSession:
+      return "DeleteSession";
+    case Rpc::kListSessions:
+      return "ListSessions";
   }
   return "?";
 }

@@ -30,8 +30,16 @@ enum class Rpc {
   kOipMetadata,
   kHttpInfer,
   kHttpMetadata,
+  // attention.v1.SessionService
+  kCreateSession,
+  kGetSession,
+  kExtend,
+  kForkSession,
+  kTruncateSession,
+  kDeleteSession,
+  kListSessions,
 };
-constexpr int kNumRpcs = 8;
+constexpr int kNumRpcs = 15;
 const char* RpcName(Rpc rpc);
 // "attention.v1", "oip-grpc" or "oip-http".
 const char* ProtocolName(Rpc rpc);

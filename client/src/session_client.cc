@@ -1,0 +1,139 @@
+#include "session_client.h"
+
+#include "wire/status_mapping.h"
+
+namespace attn::client {
+namespace {
+
+namespace v1 = attention::v1;
+
+void Prepare(grpc::ClientContext* ctx, std::chrono::milliseconds timeout, const std::string& id) {
+  if (timeout.count() > 0) ctx->set_deadline(std::chrono::system_clock::now() + timeout);
+  if (!id.empty()) ctx->AddMetadata(kSessionHeader, id);
+}
+
+template <typename Resp>
+StatusOr<Resp> Result(const grpc::Status& st, Resp&& resp) {
+  if (!st.ok()) return wire::FromGrpcStatus(st);
+  return std::forward<Resp>(resp);
+}
+
+}  // namespace
+
+SessionClient::SessionClient(std::shared_ptr<grpc::Channel> channel)
+    : stub_(v1::SessionService::NewStub(channel)) {}
+
+StatusOr<v1::SessionInfo> SessionClient::Create(const v1::CreateSessionRequest& req,
+                                                std::chrono::milliseconds timeout) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, timeout, req.session_id());
+  v1::SessionInfo info;
+  const grpc::Status st = stub_->CreateSession(&ctx, req, &info);
+  return Result(st, std::move(info));
+}
+
+StatusOr<v1::SessionInfo> SessionClient::Get(const std::string& id,
+                                             std::chrono::milliseconds timeout) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, timeout, id);
+  v1::SessionRef ref;
+  ref.set_session_id(id);
+  v1::SessionInfo info;
+  const grpc::Status st = stub_->GetSession(&ctx, ref, &info);
+  return Result(st, std::move(info));
+}
+
+StatusOr<v1::SessionInfo> SessionClient::Fork(const std::string& id, const std::string& new_id,
+                                              std::chrono::milliseconds timeout) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, timeout, id);
+  v1::ForkSessionRequest req;
+  req.set_session_id(id);
+  req.set_new_session_id(new_id);
+  v1::SessionInfo info;
+  const grpc::Status st = stub_->ForkSession(&ctx, req, &info);
+  return Result(st, std::move(info));
+}
+
+StatusOr<v1::SessionInfo> SessionClient::Truncate(const std::string& id, int64_t tokens,
+                                                  std::chrono::milliseconds timeout) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, timeout, id);
+  v1::TruncateSessionRequest req;
+  req.set_session_id(id);
+  req.set_tokens(tokens);
+  v1::SessionInfo info;
+  const grpc::Status st = stub_->TruncateSession(&ctx, req, &info);
+  return Result(st, std::move(info));
+}
+
+StatusOr<v1::SessionInfo> SessionClient::Delete(const std::string& id,
+                                                std::chrono::milliseconds timeout) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, timeout, id);
+  v1::SessionRef ref;
+  ref.set_session_id(id);
+  v1::SessionInfo info;
+  const grpc::Status st = stub_->DeleteSession(&ctx, ref, &info);
+  return Result(st, std::move(info));
+}
+
+StatusOr<v1::ListSessionsResponse> SessionClient::List(std::chrono::milliseconds timeout) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, timeout, "");
+  v1::ListSessionsResponse resp;
+  const grpc::Status st = stub_->ListSessions(&ctx, v1::ListSessionsRequest(), &resp);
+  return Result(st, std::move(resp));
+}
+
+StatusOr<v1::ExtendResponse> SessionClient::Extend(const v1::ExtendRequest& req,
+                                                   std::chrono::milliseconds timeout) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, timeout, req.steps_size() == 1 ? req.steps(0).session_id() : "");
+  v1::ExtendResponse resp;
+  const grpc::Status st = stub_->Extend(&ctx, req, &resp);
+  return Result(st, std::move(resp));
+}
+
+StatusOr<Session> Session::Create(SessionClient* client, const v1::CreateSessionRequest& req) {
+  auto info = client->Create(req);
+  if (!info.ok()) return info.status();
+  return Session(client, info->session_id());
+}
+
+StatusOr<v1::AttentionResponse> Session::Extend(int32_t layer, const v1::Tensor& query,
+                                                const v1::Tensor* key, const v1::Tensor* value,
+                                                bool causal, const v1::AttentionOptions& options,
+                                                std::optional<float> scale) {
+  v1::ExtendRequest req;
+  req.set_layer(layer);
+  req.set_causal(causal);
+  if (scale) req.set_scale(*scale);
+  *req.mutable_options() = options;
+  v1::SessionStep* step = req.add_steps();
+  step->set_session_id(id_);
+  *step->mutable_query() = query;
+  if (key != nullptr) *step->mutable_key() = *key;
+  if (value != nullptr) *step->mutable_value() = *value;
+  auto resp = client_->Extend(req);
+  if (!resp.ok()) return resp.status();
+  if (resp->results_size() != 1) {
+    return Status::Internal("extend: expected 1 result, got " +
+                            std::to_string(resp->results_size()));
+  }
+  return std::move(*resp->mutable_results(0));
+}
+
+StatusOr<Session> Session::Fork(const std::string& new_id) {
+  auto info = client_->Fork(id_, new_id);
+  if (!info.ok()) return info.status();
+  return Session(client_, info->session_id());
+}
+
+StatusOr<v1::SessionInfo> Session::Truncate(int64_t tokens) {
+  return client_->Truncate(id_, tokens);
+}
+StatusOr<v1::SessionInfo> Session::Info() { return client_->Get(id_); }
+StatusOr<v1::SessionInfo> Session::Delete() { return client_->Delete(id_); }
+
+}  // namespace attn::client

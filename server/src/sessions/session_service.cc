@@ -1,0 +1,157 @@
+#include "sessions/session_service.h"
+
+#include <memory>
+
+#include "call/grpc_call.h"
+#include "call/raw_messages.h"
+#include "sessions/extend_call.h"
+#include "wire/tensor_codec.h"
+
+namespace attn::server {
+namespace {
+
+namespace v1 = attention::v1;
+
+StatusOr<CacheType> CacheTypeFromWire(int dtype) {
+  switch (dtype) {
+    case v1::DATA_TYPE_UNSPECIFIED:
+    case v1::DATA_TYPE_FLOAT32:
+      return CacheType::kFloat32;
+    case v1::DATA_TYPE_BFLOAT16:
+      return CacheType::kBFloat16;
+    case v1::DATA_TYPE_FLOAT16:
+      return CacheType::kFloat16;
+    default:
+      return Status::InvalidArgument(
+          "cache_dtype: expected DATA_TYPE_FLOAT32 (or UNSPECIFIED), DATA_TYPE_BFLOAT16 or "
+          "DATA_TYPE_FLOAT16, got " +
+          wire::WireDataTypeName(dtype));
+  }
+}
+
+v1::DataType CacheTypeToWire(CacheType t) {
+  return t == CacheType::kBFloat16  ? v1::DATA_TYPE_BFLOAT16
+         : t == CacheType::kFloat16 ? v1::DATA_TYPE_FLOAT16
+                                    : v1::DATA_TYPE_FLOAT32;
+}
+
+}  // namespace
+
+void ToWire(const KvSessionInfo& info, v1::SessionInfo* out) {
+  out->set_session_id(info.spec.session_id);
+  out->set_num_layers(static_cast<int32_t>(info.spec.num_layers));
+  out->set_num_kv_heads(static_cast<int32_t>(info.spec.num_kv_heads));
+  out->set_head_dim(static_cast<int32_t>(info.spec.head_dim));
+  out->set_value_dim(static_cast<int32_t>(info.spec.value_dim));
+  out->set_cache_dtype(CacheTypeToWire(info.spec.cache_type));
+  out->set_max_tokens(info.spec.max_tokens);
+  for (int64_t t : info.layer_tokens) out->add_layer_tokens(t);
+  out->set_cache_bytes(info.cache_bytes);
+}
+
+SessionServiceImpl::SessionServiceImpl(CallDispatcher* dispatcher, KvCacheStore* store,
+                                       SessionMetrics* metrics)
+    : dispatcher_(dispatcher), store_(store), metrics_(metrics) {}
+
+template <typename Request, typename Op>
+grpc::ServerUnaryReactor* SessionServiceImpl::InfoCall(Rpc rpc, grpc::CallbackServerContext* ctx,
+                                                       const grpc::ByteBuffer* req,
+                                                       grpc::ByteBuffer* resp, Op op) {
+  Request request;
+  v1::SessionInfo answer;
+  const Status parsed = ParseRequest(*req, &request);
+  return ServeGrpcSimple(dispatcher_, rpc, ctx, &answer, [&] {
+    ATTN_RETURN_IF_ERROR(parsed);
+    ATTN_ASSIGN_OR_RETURN(KvSessionInfo info, op(request));
+    ToWire(info, &answer);
+    return SerializeInto(answer, resp);
+  });
+}
+
+grpc::ServerUnaryReactor* SessionServiceImpl::CreateSession(grpc::CallbackServerContext* ctx,
+                                                            const grpc::ByteBuffer* req,
+                                                            grpc::ByteBuffer* resp) {
+  return InfoCall<v1::CreateSessionRequest>(
+      Rpc::kCreateSession, ctx, req, resp,
+      [this](const v1::CreateSessionRequest& r) -> StatusOr<KvSessionInfo> {
+        KvSessionSpec spec;
+        spec.session_id = r.session_id();
+        spec.num_layers = r.num_layers();
+        spec.num_kv_heads = r.num_kv_heads();
+        spec.head_dim = r.head_dim();
+        spec.value_dim = r.value_dim();
+        ATTN_ASSIGN_OR_RETURN(spec.cache_type, CacheTypeFromWire(r.cache_dtype()));
+        spec.max_tokens = r.max_tokens();
+        return store_->Create(spec);
+      });
+}
+
+grpc::ServerUnaryReactor* SessionServiceImpl::GetSession(grpc::CallbackServerContext* ctx,
+                                                         const grpc::ByteBuffer* req,
+                                                         grpc::ByteBuffer* resp) {
+  return InfoCall<v1::SessionRef>(
+      Rpc::kGetSession, ctx, req, resp,
+      [this](const v1::SessionRef& r) { return store_->Get(r.session_id()); });
+}
+
+grpc::ServerUnaryReactor* SessionServiceImpl::ForkSession(grpc::CallbackServerContext* ctx,
+                                                          const grpc::ByteBuffer* req,
+                                                          grpc::ByteBuffer* resp) {
+  return InfoCall<v1::ForkSessionRequest>(
+      Rpc::kForkSession, ctx, req, resp, [this](const v1::ForkSessionRequest& r) {
+        auto info = store_->Fork(r.session_id(), r.new_session_id());
+        if (info.ok() && metrics_ != nullptr) metrics_->RecordFork();
+        return info;
+      });
+}
+
+grpc::ServerUnaryReactor* SessionServiceImpl::TruncateSession(grpc::CallbackServerContext* ctx,
+                                                              const grpc::ByteBuffer* req,
+                                                              grpc::ByteBuffer* resp) {
+  return InfoCall<v1::TruncateSessionRequest>(
+      Rpc::kTruncateSession, ctx, req, resp, [this](const v1::TruncateSessionRequest& r) {
+        auto info = store_->Truncate(r.session_id(), r.tokens());
+        if (info.ok() && metrics_ != nullptr) metrics_->RecordTruncate();
+        return info;
+      });
+}
+
+grpc::ServerUnaryReactor* SessionServiceImpl::DeleteSession(grpc::CallbackServerContext* ctx,
+                                                            const grpc::ByteBuffer* req,
+                                                            grpc::ByteBuffer* resp) {
+  return InfoCall<v1::SessionRef>(
+      Rpc::kDeleteSession, ctx, req, resp,
+      [this](const v1::SessionRef& r) { return store_->Delete(r.session_id()); });
+}
+
+grpc::ServerUnaryReactor* SessionServiceImpl::ListSessions(grpc::CallbackServerContext* ctx,
+                                                           const grpc::ByteBuffer* req,
+                                                           grpc::ByteBuffer* resp) {
+  v1::ListSessionsRequest request;
+  v1::ListSessionsResponse answer;
+  const Status parsed = ParseRequest(*req, &request);
+  return ServeGrpcSimple(dispatcher_, Rpc::kListSessions, ctx, &answer, [&] {
+    ATTN_RETURN_IF_ERROR(parsed);
+    for (const KvSessionInfo& info : store_->List()) ToWire(info, answer.add_sessions());
+    answer.set_cache_bytes_used(store_->bytes_used());
+    answer.set_cache_bytes_limit(store_->bytes_limit());
+    return SerializeInto(answer, resp);
+  });
+}
+
+grpc::ServerUnaryReactor* SessionServiceImpl::Extend(grpc::CallbackServerContext* ctx,
+                                                     const grpc::ByteBuffer* req,
+                                                     grpc::ByteBuffer* resp) {
+  // The request outlives the call: the steps' views point into it.
+  auto request = std::make_shared<v1::ExtendRequest>();
+  const Status parsed = ParseRequest(*req, request.get());
+  const RequestLimits* limits = &dispatcher_->options().limits;
+  return ServeGrpc(dispatcher_, Rpc::kExtend, ctx, static_cast<int64_t>(req->Length()), resp,
+                   [&](PreparedCall* call) {
+                     ATTN_RETURN_IF_ERROR(parsed);  // after the token and admission
+                     call->keep_alive = request;
+                     return PrepareExtend(*request, store_, *limits, metrics_, resp, call);
+                   });
+}
+
+}  // namespace attn::server

@@ -1,0 +1,456 @@
+// SessionService over TCP (issue 25): every call of the contract against a
+// float64 replay of each session (tests/session_replay.h), the errors with
+// their codes and messages, atomicity (a failing batch, a deadline that
+// passes mid-compute), the pool's limit and health, copy-on-write forks,
+// idle expiry and the metrics.
+#include <grpcpp/generic/generic_stub.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "session_client.h"
+#include "session_replay.h"
+#include "status_matchers.h"
+#include "test_server.h"
+#include "wire/tensor_codec.h"
+
+namespace {
+
+namespace v1 = attention::v1;
+using attn::StatusCode;
+using attn::client::SessionClient;
+using attn::wire::Encoding;
+using attn::wire::WireType;
+using attn_test::ReplayOptions;
+using attn_test::ReplaySession;
+using attn_test::ReplayType;
+
+v1::Tensor Dense(const attn::Shape& shape, const std::vector<float>& v,
+                 WireType type = WireType::kFloat32) {
+  v1::Tensor t;
+  attn::wire::EncodeDense(shape, v.data(), v.size(), type, Encoding::kData, &t);
+  return t;
+}
+
+std::vector<float> Floats(const v1::Tensor& t) {
+  attn::wire::DecodedTensor d;
+  const attn::Status st = attn::wire::DecodeTensor(t, "out", attn::DataType::kFloat32, 1 << 30, &d);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  const float* p = d.view.f32();
+  return std::vector<float>(p, p + attn::NumElements(d.view.shape));
+}
+
+v1::CreateSessionRequest Spec(const std::string& id, int layers, int hkv, int d, int dv,
+                              v1::DataType type = v1::DATA_TYPE_FLOAT32, int64_t max_tokens = 0) {
+  v1::CreateSessionRequest r;
+  r.set_session_id(id);
+  r.set_num_layers(layers);
+  r.set_num_kv_heads(hkv);
+  r.set_head_dim(d);
+  r.set_value_dim(dv);
+  r.set_cache_dtype(type);
+  r.set_max_tokens(max_tokens);
+  return r;
+}
+
+// A session on the server and its replay, stepped together over RPC.
+struct Remote {
+  std::string id;
+  int64_t hq;
+  ReplaySession replay;
+  WireType wire = WireType::kFloat32;
+};
+
+struct Step {
+  std::vector<float> q, k, v;
+  int64_t n, nkv;
+};
+
+Step MakeStep(const Remote& r, int64_t n, int64_t nkv, std::mt19937& rng) {
+  Step s{attn_test::Normal(r.hq * n * r.replay.d, rng),
+         attn_test::Normal(r.replay.hkv * nkv * r.replay.d, rng),
+         attn_test::Normal(r.replay.hkv * nkv * r.replay.dv, rng), n, nkv};
+  // The wire type rounds the inputs: the replay sees what the server sees.
+  if (r.wire != WireType::kFloat32) {
+    const ReplayType t =
+        r.wire == WireType::kBFloat16 ? ReplayType::kBFloat16 : ReplayType::kFloat16;
+    for (auto* vec : {&s.q, &s.k, &s.v}) {
+      for (float& x : *vec) x = attn_test::RoundTo(t, x);
+    }
+  }
+  return s;
+}
+
+void AddStep(const Remote& r, const Step& s, v1::ExtendRequest* req) {
+  v1::SessionStep* st = req->add_steps();
+  st->set_session_id(r.id);
+  *st->mutable_query() = Dense({r.hq, s.n, r.replay.d}, s.q, r.wire);
+  *st->mutable_key() = Dense({r.replay.hkv, s.nkv, r.replay.d}, s.k, r.wire);
+  *st->mutable_value() = Dense({r.replay.hkv, s.nkv, r.replay.dv}, s.v, r.wire);
+}
+
+class SessionRpc : public attn_test::ServerWithClient<> {
+ protected:
+  void SetUp() override {
+    ServerWithClient::SetUp();
+    sessions_ = std::make_unique<SessionClient>(attn::client::Connect(attn_test::Target(*server_)));
+  }
+
+  Remote Open(const std::string& id, int layers, int64_t hq, int hkv, int d, int dv,
+              v1::DataType type = v1::DATA_TYPE_FLOAT32) {
+    auto info = sessions_->Create(Spec(id, layers, hkv, d, dv, type));
+    EXPECT_TRUE(info.ok()) << info.status().ToString();
+    const ReplayType rt = type == v1::DATA_TYPE_BFLOAT16  ? ReplayType::kBFloat16
+                          : type == v1::DATA_TYPE_FLOAT16 ? ReplayType::kFloat16
+                                                          : ReplayType::kFloat32;
+    return Remote{info.ok() ? info->session_id() : id, hq, ReplaySession(layers, hkv, d, dv, rt)};
+  }
+
+  // One Extend of every remote by its step, each result against its replay.
+  void ExtendAndCheck(int layer, std::vector<Remote*> rs, const std::vector<Step>& steps,
+                      const ReplayOptions& ro = {}, double tol = 1e-5) {
+    v1::ExtendRequest req;
+    req.set_layer(layer);
+    req.set_causal(ro.causal);
+    req.mutable_options()->set_return_lse(true);
+    if (ro.wl) req.mutable_options()->set_window_left(*ro.wl);
+    if (ro.wr) req.mutable_options()->set_window_right(*ro.wr);
+    if (ro.softcap > 0) req.mutable_options()->set_softcap(ro.softcap);
+    if (!ro.alibi.empty()) {
+      *req.mutable_options()->mutable_alibi_slopes() =
+          Dense({static_cast<int64_t>(ro.alibi.size())}, ro.alibi);
+    }
+    if (!ro.sink.empty()) {
+      *req.mutable_options()->mutable_sink_logits() =
+          Dense({static_cast<int64_t>(ro.sink.size())}, ro.sink);
+    }
+    for (size_t i = 0; i < rs.size(); ++i) AddStep(*rs[i], steps[i], &req);
+    auto resp = sessions_->Extend(req, std::chrono::seconds(60));
+    ASSERT_TRUE(resp.ok()) << resp.status().ToString();
+    ASSERT_EQ(resp->results_size(), static_cast<int>(rs.size()));
+    for (size_t i = 0; i < rs.size(); ++i) {
+      rs[i]->replay.Append(layer, steps[i].k, steps[i].v, steps[i].nkv);
+      const auto want = rs[i]->replay.Expected(layer, steps[i].q, rs[i]->hq, steps[i].n, ro);
+      const v1::AttentionResponse& r = resp->results(static_cast<int>(i));
+      EXPECT_EQ(r.output().dtype(), attn::wire::NativeDataType(rs[i]->wire)) << "the query's type";
+      const std::vector<float> out = Floats(r.output()), lse = Floats(r.lse());
+      SCOPED_TRACE("session " + rs[i]->id);
+      attn_test::ExpectMatches(want, out.data(), lse.data(), tol);
+    }
+  }
+
+  int64_t PoolUsed() {
+    auto list = sessions_->List();
+    EXPECT_TRUE(list.ok());
+    return list.ok() ? list->cache_bytes_used() : -1;
+  }
+
+  std::unique_ptr<SessionClient> sessions_;
+};
+
+TEST_F(SessionRpc, CreateGetListDelete) {
+  auto info = sessions_->Create(Spec("", 3, 2, 16, 0, v1::DATA_TYPE_BFLOAT16));
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_EQ(info->session_id().rfind("s-", 0), 0u) << "the server names it: " << info->session_id();
+  EXPECT_EQ(info->num_layers(), 3);
+  EXPECT_EQ(info->value_dim(), 16) << "0 means head_dim";
+  EXPECT_EQ(info->cache_dtype(), v1::DATA_TYPE_BFLOAT16);
+  EXPECT_EQ(info->max_tokens(), 131072) << "--max-session-tokens";
+  EXPECT_EQ(info->layer_tokens_size(), 3);
+  EXPECT_EQ(info->cache_bytes(), 0);
+  auto list = sessions_->List();
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->sessions_size(), 1);
+  EXPECT_EQ(list->cache_bytes_limit(), int64_t{1024} << 20);
+  auto got = sessions_->Get(info->session_id());
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->session_id(), info->session_id());
+  auto gone = sessions_->Delete(info->session_id());
+  ASSERT_TRUE(gone.ok());
+  EXPECT_EQ(gone->session_id(), info->session_id());
+  attn_test::ExpectStatus(
+      sessions_->Get(info->session_id()).status(), StatusCode::kNotFound,
+      "may have expired (--session-idle-timeout), been deleted, or been lost in a "
+      "server restart (sessions are not persisted); create it again");
+}
+
+TEST_F(SessionRpc, DecodeLoopEqualsOneShotAttention) {
+  std::mt19937 rng(1);
+  Remote f32 = Open("f32", 2, 8, 2, 64, 64);
+  Remote bf16 = Open("bf16", 2, 8, 2, 64, 64, v1::DATA_TYPE_BFLOAT16);
+  bf16.wire = WireType::kBFloat16;  // bf16 on the wire too: the answer comes back in bf16
+  ExtendAndCheck(1, {&f32}, {MakeStep(f32, 200, 200, rng)});
+  ExtendAndCheck(1, {&bf16}, {MakeStep(bf16, 200, 200, rng)}, {}, 1e-2);
+  for (int i = 0; i < 20; ++i) {
+    ExtendAndCheck(1, {&f32, &bf16}, {MakeStep(f32, 1, 1, rng), MakeStep(bf16, 1, 1, rng)}, {},
+                   1e-2);
+  }
+}
+
+TEST_F(SessionRpc, MixedBatchWithEveryOption) {
+  std::mt19937 rng(2);
+  Remote a = Open("a", 1, 4, 2, 32, 16), b = Open("b", 1, 4, 2, 32, 16, v1::DATA_TYPE_FLOAT16);
+  Remote c = Open("c", 1, 4, 2, 32, 16);
+  ReplayOptions all;
+  all.wl = 40;
+  all.wr = 0;
+  all.softcap = 3.0f;
+  all.alibi = {0.5f, 0.25f, 0.125f, 0.0625f};
+  all.sink = {0.1f, -0.3f, 1.0f, 0.0f};
+  ExtendAndCheck(0, {&a, &b, &c},
+                 {MakeStep(a, 100, 100, rng), MakeStep(b, 30, 30, rng), MakeStep(c, 7, 7, rng)},
+                 all);
+  // decode, a chunk, queries only
+  ExtendAndCheck(0, {&a, &b, &c},
+                 {MakeStep(a, 1, 1, rng), MakeStep(b, 90, 90, rng), MakeStep(c, 3, 0, rng)}, all);
+  all.causal = false;
+  ExtendAndCheck(0, {&a, &b}, {MakeStep(a, 2, 2, rng), MakeStep(b, 1, 1, rng)}, all);
+}
+
+TEST_F(SessionRpc, FillOnlyStepNeedsNoQuery) {
+  std::mt19937 rng(3);
+  Remote a = Open("fill", 1, 2, 1, 8, 8);
+  v1::ExtendRequest req;
+  v1::SessionStep* st = req.add_steps();
+  st->set_session_id("fill");
+  const auto k = attn_test::Normal(8 * 5, rng);
+  *st->mutable_key() = Dense({1, 5, 8}, k);
+  *st->mutable_value() = Dense({1, 5, 8}, k);
+  auto resp = sessions_->Extend(req);
+  ASSERT_TRUE(resp.ok()) << resp.status().ToString();
+  EXPECT_EQ(resp->results(0).output().shape_size(), 3);
+  EXPECT_EQ(resp->results(0).output().shape(1), 0);
+  EXPECT_EQ(sessions_->Get("fill")->layer_tokens(0), 5);
+}
+
+TEST_F(SessionRpc, ForkCopiesNoPageAndDiverges) {
+  std::mt19937 rng(4);
+  Remote p = Open("parent", 1, 4, 2, 32, 32, v1::DATA_TYPE_BFLOAT16);
+  ExtendAndCheck(0, {&p}, {MakeStep(p, 300, 300, rng)});
+  const int64_t used = PoolUsed();
+  auto child = sessions_->Fork("parent", "child");
+  ASSERT_TRUE(child.ok()) << child.status().ToString();
+  EXPECT_EQ(PoolUsed(), used) << "a fork allocates no K/V page";
+  EXPECT_EQ(child->cache_bytes(), sessions_->Get("parent")->cache_bytes())
+      << "shared pages count in both";
+  Remote c{"child", 4, p.replay};
+  ExtendAndCheck(0, {&p, &c}, {MakeStep(p, 1, 1, rng), MakeStep(c, 3, 3, rng)});
+  ASSERT_TRUE(sessions_->Delete("parent").ok());
+  ExtendAndCheck(0, {&c}, {MakeStep(c, 1, 1, rng)});
+  auto t = sessions_->Truncate("child", 100);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->layer_tokens(0), 100);
+  c.replay.Truncate(100);
+  ExtendAndCheck(0, {&c}, {MakeStep(c, 2, 2, rng)});
+}
+
+TEST_F(SessionRpc, ErrorsHaveTheirCodes) {
+  std::mt19937 rng(5);
+  Remote a = Open("err", 2, 4, 2, 8, 8);
+  attn_test::ExpectStatus(sessions_->Create(Spec("err", 1, 1, 8, 8)).status(),
+                          StatusCode::kAlreadyExists, "session 'err' already exists");
+  attn_test::ExpectStatus(sessions_->Fork("err", "err").status(), StatusCode::kAlreadyExists,
+                          "already exists");
+  attn_test::ExpectStatus(sessions_->Create(Spec("x", 1, 1, 8, 8, v1::DATA_TYPE_BOOL)).status(),
+                          StatusCode::kInvalidArgument, "cache_dtype: expected DATA_TYPE_FLOAT32");
+  attn_test::ExpectStatus(sessions_->Create(Spec("x", 0, 1, 8, 8)).status(),
+                          StatusCode::kInvalidArgument, "num_layers: must be in [1, 4096], got 0");
+  attn_test::ExpectStatus(sessions_->Truncate("err", -2).status(), StatusCode::kInvalidArgument,
+                          "tokens: must be >= 0");
+  attn_test::ExpectStatus(sessions_->Fork("nope", "").status(), StatusCode::kNotFound,
+                          "session 'nope' not found");
+  const Step s = MakeStep(a, 1, 1, rng);
+  v1::ExtendRequest req;
+  req.set_layer(2);
+  AddStep(a, s, &req);
+  attn_test::ExpectStatus(sessions_->Extend(req).status(), StatusCode::kInvalidArgument,
+                          "layer: steps[0] (session 'err') has 2 layers (0..1), got 2");
+  req.set_layer(0);
+  AddStep(a, s, &req);
+  attn_test::ExpectStatus(sessions_->Extend(req).status(), StatusCode::kInvalidArgument,
+                          "a session may appear once");
+  req.clear_steps();
+  attn_test::ExpectStatus(sessions_->Extend(req).status(), StatusCode::kInvalidArgument,
+                          "steps: expected at least one step");
+  AddStep(a, s, &req);
+  *req.mutable_steps(0)->mutable_key() = Dense({2, 1, 4}, std::vector<float>(8, 0.0f));
+  attn_test::ExpectStatus(
+      sessions_->Extend(req).status(), StatusCode::kInvalidArgument,
+      "key: expected float32 [num_kv_heads, n_kv, D] = [2, n_kv, 8], got float32 [2, 1, 4]");
+  req.mutable_steps(0)->mutable_key()->set_data("abc");
+  attn_test::ExpectStatus(sessions_->Extend(req).status(), StatusCode::kInvalidArgument,
+                          "steps[0].key");
+  req.clear_steps();
+  AddStep(Remote{"ghost", 4, a.replay}, s, &req);
+  attn_test::ExpectStatus(sessions_->Extend(req).status(), StatusCode::kNotFound,
+                          "extend: steps[0]: session 'ghost' not found");
+  auto small = sessions_->Create(Spec("small", 1, 2, 8, 8, v1::DATA_TYPE_FLOAT32, 4));
+  ASSERT_TRUE(small.ok());
+  req.clear_steps();
+  Remote sm{"small", 4, a.replay};
+  AddStep(sm, MakeStep(sm, 1, 5, rng), &req);
+  attn_test::ExpectStatus(sessions_->Extend(req).status(), StatusCode::kResourceExhausted,
+                          "would pass its max_tokens (4)");
+  // Bytes that are not an ExtendRequest.
+  grpc::ClientContext ctx;
+  grpc::GenericStub generic(attn::client::Connect(attn_test::Target(*server_)));
+  grpc::Slice junk(std::string("\xff\xff\xff", 3));
+  grpc::ByteBuffer in(&junk, 1), out;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  grpc::Status st;
+  generic.UnaryCall(&ctx, "/attention.v1.SessionService/Extend", grpc::StubOptions(), &in, &out,
+                    [&](grpc::Status s2) {
+                      std::lock_guard<std::mutex> l(mu);
+                      st = s2;
+                      done = true;
+                      cv.notify_all();
+                    });
+  std::unique_lock<std::mutex> l(mu);
+  cv.wait_for(l, std::chrono::seconds(10), [&] { return done; });
+  ASSERT_TRUE(done);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("attention.v1.ExtendRequest"), std::string::npos)
+      << st.error_message();
+}
+
+// A batch whose second step fails changes neither session; a deadline that
+// passes mid-compute (a long prefill) changes nothing and gives every page back.
+TEST_F(SessionRpc, FailedOrExpiredExtendChangesNoSession) {
+  std::mt19937 rng(6);
+  Remote a = Open("a", 1, 4, 2, 64, 64), b = Open("b", 1, 4, 2, 64, 64);
+  ExtendAndCheck(0, {&a, &b}, {MakeStep(a, 50, 50, rng), MakeStep(b, 20, 20, rng)});
+  const int64_t used = PoolUsed();
+  v1::ExtendRequest req;
+  AddStep(a, MakeStep(a, 1, 1, rng), &req);
+  Step bad = MakeStep(b, 1, 1, rng);
+  AddStep(b, bad, &req);
+  *req.mutable_steps(1)->mutable_value() = Dense({2, 1, 32}, std::vector<float>(64, 0.0f));
+  attn_test::ExpectStatus(sessions_->Extend(req).status(), StatusCode::kInvalidArgument,
+                          "steps[1]");
+  EXPECT_EQ(sessions_->Get("a")->layer_tokens(0), 50);
+  EXPECT_EQ(PoolUsed(), used);
+  // A big chunk (64 heads x 8192 queries over 8192 keys) with a 50 ms deadline.
+  Remote big = Open("big", 1, 64, 8, 64, 64);
+  v1::ExtendRequest chunk;
+  AddStep(big, MakeStep(big, 8192, 8192, rng), &chunk);
+  chunk.set_causal(true);
+  auto r = sessions_->Extend(chunk, std::chrono::milliseconds(50));
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(r.status().code() == StatusCode::kDeadlineExceeded ||
+              r.status().code() == StatusCode::kCancelled)
+      << r.status().ToString();
+  // The server may still be unwinding: wait (bounded) for the pages to come back.
+  for (int i = 0; i < 200 && PoolUsed() != used; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(PoolUsed(), used);
+  EXPECT_EQ(sessions_->Get("big")->layer_tokens(0), 0);
+  ExtendAndCheck(0, {&a, &b}, {MakeStep(a, 1, 1, rng), MakeStep(b, 2, 2, rng)});
+}
+
+TEST(SessionServer, FullPoolRefusesStaysServingAndRecovers) {
+  auto server =
+      attn_test::StartTestServer([](attn::server::ServerConfig& c) { c.kv_cache_bytes = 1 << 20; });
+  ASSERT_NE(server, nullptr);
+  auto channel = attn::client::Connect(attn_test::Target(*server));
+  SessionClient sessions(channel);
+  attn::client::AttentionClient client(channel);
+  std::mt19937 rng(7);
+  // D = Dv = 128 float32: 32 tokens a 32 KiB page; 1 MiB is 32 pages.
+  ASSERT_TRUE(sessions.Create(Spec("a", 1, 4, 128, 128)).ok());
+  ASSERT_TRUE(sessions.Create(Spec("b", 1, 4, 128, 128)).ok());
+  Remote a{"a", 4, ReplaySession(1, 4, 128, 128, ReplayType::kFloat32)}, b{"b", 4, a.replay};
+  b.id = "b";
+  v1::ExtendRequest fill;
+  AddStep(a, MakeStep(a, 1, 200, rng), &fill);  // 7 pages x 4 heads = 28
+  ASSERT_TRUE(sessions.Extend(fill).ok());
+  v1::ExtendRequest more;
+  AddStep(b, MakeStep(b, 1, 64, rng), &more);  // 2 x 4 = 8 more: over the 32
+  auto r = sessions.Extend(more);
+  attn_test::ExpectStatus(r.status(), StatusCode::kResourceExhausted,
+                          "917504 of 1048576 bytes used");
+  std::string health;
+  ASSERT_TRUE(client.Health("attention.v1.SessionService", &health).ok());
+  EXPECT_EQ(health, "SERVING") << "a full pool is not an unhealthy server";
+  ASSERT_TRUE(sessions.Delete("a").ok());
+  EXPECT_TRUE(sessions.Extend(more).ok());
+}
+
+TEST(SessionServer, IdleSessionsExpireAndTheGaugeFalls) {
+  auto server = attn_test::StartTestServer([](attn::server::ServerConfig& c) {
+    c.session_idle_timeout_s = 0.2;
+    c.metrics_port = 0;
+  });
+  ASSERT_NE(server, nullptr);
+  SessionClient sessions(attn::client::Connect(attn_test::Target(*server)));
+  std::mt19937 rng(8);
+  ASSERT_TRUE(sessions.Create(Spec("idle", 1, 2, 16, 16)).ok());
+  Remote r{"idle", 2, ReplaySession(1, 2, 16, 16, ReplayType::kFloat32)};
+  v1::ExtendRequest req;
+  AddStep(r, MakeStep(r, 1, 40, rng), &req);
+  ASSERT_TRUE(sessions.Extend(req).ok());
+  httplib::Client http("127.0.0.1", server->metrics_port());
+  auto scrape = [&] {
+    auto res = http.Get("/metrics");
+    return res ? res->body : std::string();
+  };
+  EXPECT_NE(scrape().find("attn_session_tokens_appended_total 40"), std::string::npos);
+  bool gone = false;
+  for (int i = 0; i < 100 && !gone; ++i) {  // at most 5 s; List touches no session (Get would)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    gone = sessions.List()->sessions_size() == 0;
+  }
+  EXPECT_TRUE(gone);
+  const std::string m = scrape();
+  EXPECT_NE(m.find("attn_sessions 0"), std::string::npos) << m;
+  EXPECT_NE(m.find("attn_kv_cache_bytes_used 0"), std::string::npos);
+  EXPECT_NE(m.find("attn_session_expired_total 1"), std::string::npos);
+  EXPECT_NE(m.find("attn_session_steps_total{n=\"1\"} 1"), std::string::npos);
+  EXPECT_NE(m.find("attn_extend_duration_seconds_count{batch=\"1\"} 1"), std::string::npos);
+  EXPECT_NE(m.find("attn_requests_total{rpc=\"Extend\",model=\"-\",code=\"OK\",protocol="
+                   "\"attention.v1\"} 1"),
+            std::string::npos);
+}
+
+// Twelve threads, each with its own sessions, stepping at once.
+TEST_F(SessionRpc, TwelveThreadsWithTheirOwnSessions) {
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 12; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(static_cast<unsigned>(100 + t));
+      SessionClient c(attn::client::Connect(attn_test::Target(*server_)));
+      const std::string id = "t" + std::to_string(t);
+      if (!c.Create(Spec(id, 1, 2, 16, 16, t % 2 ? v1::DATA_TYPE_BFLOAT16 : v1::DATA_TYPE_FLOAT32))
+               .ok()) {
+        ++bad;
+        return;
+      }
+      Remote r{id, 4,
+               ReplaySession(1, 2, 16, 16, t % 2 ? ReplayType::kBFloat16 : ReplayType::kFloat32)};
+      for (int i = 0; i < 15; ++i) {
+        const Step s = MakeStep(r, i == 0 ? 10 : 1, i == 0 ? 10 : 1, rng);
+        v1::ExtendRequest req;
+        req.set_causal(true);
+        AddStep(r, s, &req);
+        auto resp = c.Extend(req, std::chrono::seconds(30));
+        if (!resp.ok()) {
+          ++bad;
+          return;
+        }
+        r.replay.Append(0, s.k, s.v, s.nkv);
+        const auto want = r.replay.Expected(0, s.q, r.hq, s.n, {});
+        const auto out = Floats(resp->results(0).output());
+        if (!attn_test::AllClose(out.data(), want.out, 1e-5, 1.0)) ++bad;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+}
+
+}  // namespace
