@@ -11,7 +11,8 @@ out=${1:-$here/generated}
 mkdir -p "$out"
 plugin=--plugin=protoc-gen-grpc_python=$(command -v grpc_python_plugin)
 protoc -I "$proto" --python_out="$out" --grpc_python_out="$out" "$plugin" \
-  "$proto/attention/v1/attention.proto" "$proto/inference/open_inference_grpc.proto"
+  "$proto/attention/v1/attention.proto" "$proto/attention/v1/session.proto" \
+  "$proto/inference/open_inference_grpc.proto"
 # health.proto is generated at the top level: a grpc/ folder would shadow the
 # grpcio package.
 protoc -I "$proto/grpc/health/v1" --python_out="$out" --grpc_python_out="$out" "$plugin" \

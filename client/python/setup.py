@@ -12,7 +12,8 @@ from setuptools.command.build_py import build_py
 
 HERE = pathlib.Path(__file__).resolve().parent
 PROTO = HERE.parent.parent / "proto"
-PROTOS = ["attention/v1/attention.proto", "inference/open_inference_grpc.proto"]
+PROTOS = ["attention/v1/attention.proto", "attention/v1/session.proto",
+          "inference/open_inference_grpc.proto"]
 
 
 def _protoc(out):

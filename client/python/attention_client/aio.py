@@ -5,7 +5,9 @@ import grpc
 
 from . import _requests as rq
 from ._arrays import DATA
-from ._pb import attention_pb2, attention_pb2_grpc, health_pb2, health_pb2_grpc, oip_pb2_grpc
+from . import sessions as ss
+from ._pb import (attention_pb2, attention_pb2_grpc, health_pb2, health_pb2_grpc, oip_pb2_grpc,
+                  session_pb2, session_pb2_grpc)
 from .client import Window
 from .errors import AttentionError, from_rpc_error
 
@@ -27,6 +29,7 @@ class AsyncAttentionClient:
         self.stub = attention_pb2_grpc.AttentionServiceStub(self.channel)
         self._health = health_pb2_grpc.HealthStub(self.channel)
         self._oip = oip_pb2_grpc.GRPCInferenceServiceStub(self.channel)
+        self._sessions = session_pb2_grpc.SessionServiceStub(self.channel)
         self._closed = False
 
     async def close(self) -> None:
@@ -40,14 +43,50 @@ class AsyncAttentionClient:
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()
 
-    async def _call(self, method: Any, request: Any, auth: bool = True) -> Any:
+    async def _call(self, method: Any, request: Any, auth: bool = True,
+                    session_id: Optional[str] = None) -> Any:
         if self._closed:
             raise AttentionError("the client is closed")
+        metadata = ss._metadata(self._metadata if auth else None, session_id)
         try:
-            return await method(request, timeout=self.timeout,
-                                metadata=self._metadata if auth else None)
+            return await method(request, timeout=self.timeout, metadata=metadata)
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
+
+    async def _session_call(self, name: str, request: Any, session_id: Optional[str]) -> Any:
+        return await self._call(getattr(self._sessions, name), request, session_id=session_id)
+
+    async def create_session(self, num_layers: int, num_kv_heads: int, head_dim: int, *,
+                             value_dim: int = 0, cache_dtype: str = "float32",
+                             max_tokens: int = 0,
+                             session_id: Optional[str] = None) -> ss.AsyncSession:
+        """As AttentionClient.create_session."""
+        req = ss.create_request(num_layers, num_kv_heads, head_dim, value_dim, cache_dtype,
+                                max_tokens, session_id)
+        info = await self._session_call("CreateSession", req, session_id)
+        return ss.AsyncSession(self, info.session_id)
+
+    def session(self, session_id: str) -> ss.AsyncSession:
+        return ss.AsyncSession(self, session_id)
+
+    async def list_sessions(self) -> Dict[str, Any]:
+        resp = await self._session_call("ListSessions", session_pb2.ListSessionsRequest(), None)
+        return {"sessions": [ss.SessionInfo(m) for m in resp.sessions],
+                "cache_bytes_used": resp.cache_bytes_used,
+                "cache_bytes_limit": resp.cache_bytes_limit}
+
+    async def extend_many(self, layer: int, steps: Any, *, causal: bool = True,
+                          window: Window = None, alibi_slopes: Any = None,
+                          softcap: Optional[float] = None, sink_logits: Any = None,
+                          scale: Optional[float] = None, return_lse: bool = False,
+                          compute_precision: Optional[str] = None) -> List[rq.AttentionResult]:
+        """As AttentionClient.extend_many."""
+        req, kinds = ss.extend_request(
+            layer, steps, causal=causal, window=window, alibi_slopes=alibi_slopes,
+            softcap=softcap, sink_logits=sink_logits, scale=scale, return_lse=return_lse,
+            compute_precision=compute_precision)
+        sid = req.steps[0].session_id if len(req.steps) == 1 else None
+        return ss.extend_results(await self._session_call("Extend", req, sid), kinds, return_lse)
 
     async def attention(self, query: Any, key: Any = None, value: Any = None, *,
                         return_weights: bool = False, return_lse: bool = False,

@@ -1,11 +1,13 @@
 """The blocking client."""
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import grpc
 
 from . import _requests as rq
 from ._arrays import DATA
-from ._pb import attention_pb2, attention_pb2_grpc, health_pb2, health_pb2_grpc, oip_pb2_grpc
+from . import sessions as ss
+from ._pb import (attention_pb2, attention_pb2_grpc, health_pb2, health_pb2_grpc, oip_pb2_grpc,
+                  session_pb2, session_pb2_grpc)
 from .errors import AttentionError, from_rpc_error
 
 Window = Optional[Tuple[Optional[int], Optional[int]]]
@@ -35,6 +37,7 @@ class AttentionClient:
         self.stub = attention_pb2_grpc.AttentionServiceStub(self.channel)
         self._health = health_pb2_grpc.HealthStub(self.channel)
         self._oip = oip_pb2_grpc.GRPCInferenceServiceStub(self.channel)
+        self._sessions = session_pb2_grpc.SessionServiceStub(self.channel)
         self._closed = False
 
     def close(self) -> None:
@@ -49,13 +52,18 @@ class AttentionClient:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def _call(self, method: Callable, request: Any, auth: bool = True) -> Any:
+    def _call(self, method: Callable, request: Any, auth: bool = True,
+              session_id: Optional[str] = None) -> Any:
         if self._closed:
             raise AttentionError("the client is closed")
+        metadata = ss._metadata(self._metadata if auth else None, session_id)
         try:
-            return method(request, timeout=self.timeout, metadata=self._metadata if auth else None)
+            return method(request, timeout=self.timeout, metadata=metadata)
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
+
+    def _session_call(self, name: str, request: Any, session_id: Optional[str]) -> Any:
+        return self._call(getattr(self._sessions, name), request, session_id=session_id)
 
     def attention(self, query: Any, key: Any = None, value: Any = None, *,
                   model: Optional[str] = None, projections: Optional[Mapping[str, Any]] = None,
@@ -152,3 +160,45 @@ class AttentionClient:
         kind."""
         req, like = rq.infer_request(model, inputs, parameters, wire_dtype)
         return rq.infer_outputs(self._call(self._oip.ModelInfer, req), like)
+
+    # ---- KV-cache sessions (attention.v1.SessionService) --------------------
+
+    def create_session(self, num_layers: int, num_kv_heads: int, head_dim: int, *,
+                       value_dim: int = 0, cache_dtype: str = "float32", max_tokens: int = 0,
+                       session_id: Optional[str] = None) -> ss.Session:
+        """A session on the server: a cache per layer of `num_kv_heads` heads
+        of `head_dim` (keys) and `value_dim` (values; 0: head_dim), stored as
+        `cache_dtype` ("float32", "bfloat16" or "float16"); `max_tokens` per
+        layer (0: the server's --max-session-tokens). The server names it
+        when `session_id` is None."""
+        req = ss.create_request(num_layers, num_kv_heads, head_dim, value_dim, cache_dtype,
+                                max_tokens, session_id)
+        info = self._session_call("CreateSession", req, session_id)
+        return ss.Session(self, info.session_id)
+
+    def session(self, session_id: str) -> ss.Session:
+        """A handle on an existing session (nothing is sent)."""
+        return ss.Session(self, session_id)
+
+    def list_sessions(self) -> Dict[str, Any]:
+        """{"sessions": [SessionInfo, ...], "cache_bytes_used", "cache_bytes_limit"}"""
+        resp = self._session_call("ListSessions", session_pb2.ListSessionsRequest(), None)
+        return {"sessions": [ss.SessionInfo(m) for m in resp.sessions],
+                "cache_bytes_used": resp.cache_bytes_used,
+                "cache_bytes_limit": resp.cache_bytes_limit}
+
+    def extend_many(self, layer: int, steps: Sequence[ss.Step], *, causal: bool = True,
+                    window: Window = None, alibi_slopes: Any = None,
+                    softcap: Optional[float] = None, sink_logits: Any = None,
+                    scale: Optional[float] = None, return_lse: bool = False,
+                    compute_precision: Optional[str] = None) -> List[rq.AttentionResult]:
+        """One Extend of several sessions (of this server) as one batch:
+        `steps` is [(session, query, key, value), ...] as Session.extend
+        takes them. Returns an AttentionResult per step, in order. All or
+        nothing: an error changes no session."""
+        req, kinds = ss.extend_request(
+            layer, steps, causal=causal, window=window, alibi_slopes=alibi_slopes,
+            softcap=softcap, sink_logits=sink_logits, scale=scale, return_lse=return_lse,
+            compute_precision=compute_precision)
+        sid = req.steps[0].session_id if len(req.steps) == 1 else None
+        return ss.extend_results(self._session_call("Extend", req, sid), kinds, return_lse)

@@ -99,7 +99,7 @@ def rng_arrays(seed, *shapes):
 
 
 def test_installed_outside_the_source_tree():
-    assert ac.__version__ == "0.4.0"
+    assert ac.__version__ == "0.5.0"
     here = os.path.dirname(os.path.abspath(__file__))
     source = os.path.normpath(os.path.join(here, "..", "..", "..", "client", "python"))
     if os.environ.get("ATTN_EXPECT_INSTALLED") == "1":
@@ -366,3 +366,165 @@ def test_no_copy_beyond_the_message():
     assert len(t.data) == big.nbytes
     # The bytes of the message and at most one more buffer of that size.
     assert peak <= 2.2 * big.nbytes, peak / big.nbytes
+
+
+# ---- KV-cache sessions (issue 25) ---------------------------------------------
+
+
+def round_to(x, cache_dtype):
+    """What a cache of `cache_dtype` keeps of float32 x."""
+    x = np.asarray(x, np.float32)
+    if cache_dtype == "bfloat16":
+        return ac.bf16_to_float32(ac.bf16_bits(x))
+    if cache_dtype == "float16":
+        return x.astype(np.float16).astype(np.float32)
+    return x
+
+
+@pytest.mark.parametrize("cache_dtype", ["float32", "bfloat16", "float16"])
+def test_session_decode_loop_equals_one_shot(client, cache_dtype):
+    """A prefill of 50 tokens, then 30 decode steps: each step's output is
+    one-shot attention (bottom-right causal, GQA 8/2) over every token the
+    layer holds, in float64 on the rounded cache."""
+    hq, hkv, d = 8, 2, 32
+    r = np.random.default_rng(11)
+    keys, values = np.zeros((hkv, 0, d), np.float32), np.zeros((hkv, 0, d), np.float32)
+    with client.create_session(2, hkv, d, cache_dtype=cache_dtype) as s:
+        for n in [50] + [1] * 30:
+            q = r.standard_normal((hq, n, d)).astype(np.float32)
+            k = r.standard_normal((hkv, n, d)).astype(np.float32)
+            v = r.standard_normal((hkv, n, d)).astype(np.float32)
+            out = s.extend(1, q, k, v, return_lse=True)
+            keys = np.concatenate([keys, round_to(k, cache_dtype)], axis=1)
+            values = np.concatenate([values, round_to(v, cache_dtype)], axis=1)
+            want, lse = reference(q[None], keys[None], values[None], causal=True, bottom_right=True)
+            assert out.output.dtype == np.float32 and out.output.shape == (hq, n, d)
+            np.testing.assert_allclose(out.output, want[0], rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(out.lse, lse[0], rtol=1e-5, atol=1e-5)
+        info = s.info()
+        assert info.layer_tokens == [0, 80] and info.cache_dtype == cache_dtype
+        assert info.cache_bytes > 0
+    with pytest.raises(ac.NotFound, match="create it again"):
+        s.info()  # the context manager deleted it
+
+
+@pytest.mark.skipif(torch is None, reason="python3-torch is not installed")
+def test_session_torch_bf16_decode_loop(client):
+    """torch bfloat16 tensors in and out, over a bfloat16 cache."""
+    hq, hkv, d = 4, 1, 64
+    g = torch.Generator().manual_seed(3)
+    keys, values = [], []
+    with client.create_session(1, hkv, d, cache_dtype="bfloat16") as s:
+        for n in [20, 1, 1, 1]:
+            q, k, v = (torch.randn(h, n, d, generator=g).bfloat16() for h in (hq, hkv, hkv))
+            out = s.extend(0, q, k, v).output
+            assert out.dtype == torch.bfloat16 and tuple(out.shape) == (hq, n, d)
+            keys.append(k.float())
+            values.append(v.float())
+            want, _ = reference(q.float().numpy()[None], torch.cat(keys, 1).numpy()[None],
+                                torch.cat(values, 1).numpy()[None], causal=True, bottom_right=True)
+            np.testing.assert_allclose(out.float().numpy(), want[0], atol=3e-2)
+
+
+def test_session_fork_truncate_and_options(client):
+    hq, hkv, d = 4, 2, 16
+    r = np.random.default_rng(5)
+    k0, v0 = (r.standard_normal((hkv, 40, d)).astype(np.float32) for _ in range(2))
+    parent = client.create_session(1, hkv, d, session_id="py-parent")
+    assert parent.id == "py-parent"
+    parent.extend(0, None, k0, v0)  # keys and values only: no query
+    child = parent.fork("py-child")
+    assert child.info().layer_tokens == [40]
+    used = client.list_sessions()["cache_bytes_used"]
+    assert child.info().cache_bytes == parent.info().cache_bytes
+    assert client.list_sessions()["cache_bytes_used"] == used, "a fork copies no page"
+    t = child.truncate(25)
+    assert t.layer_tokens == [25]
+    opts = dict(window=(8, None), softcap=4.0, alibi_slopes=[0.5, 0.25, 0.125, 0.0625],
+                sink_logits=[0.1, 0.2, -0.3, 0.0])
+    q = r.standard_normal((hq, 2, d)).astype(np.float32)
+    k1, v1 = (r.standard_normal((hkv, 2, d)).astype(np.float32) for _ in range(2))
+    got = child.extend(0, q, k1, v1, return_lse=True, **opts)
+    keys, values = np.concatenate([k0[:, :25], k1], 1), np.concatenate([v0[:, :25], v1], 1)
+    want, lse = reference(q[None], keys[None], values[None], causal=True, bottom_right=True,
+                          window=(8, None), softcap=4.0, slopes=opts["alibi_slopes"],
+                          sinks=opts["sink_logits"])
+    np.testing.assert_allclose(got.output, want[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got.lse, lse[0], rtol=1e-5, atol=1e-5)
+    assert parent.info().layer_tokens == [40], "the parent is unaffected"
+    parent.delete()
+    assert child.info().layer_tokens == [27], "the child outlives its parent"
+    child.delete()
+
+
+def test_extend_many_mixes_decode_prefill_and_query_only(client):
+    r = np.random.default_rng(9)
+    d = 16
+    a = client.create_session(1, 1, d, session_id="many-a")
+    b = client.create_session(1, 1, d, session_id="many-b", cache_dtype="float16")
+    try:
+        ka, va = (r.standard_normal((1, 30, d)).astype(np.float32) for _ in range(2))
+        qa = r.standard_normal((2, 1, d)).astype(np.float32)
+        qb = r.standard_normal((2, 3, d)).astype(np.float32)
+        kb, vb = (r.standard_normal((1, 3, d)).astype(np.float32) for _ in range(2))
+        res = client.extend_many(0, [(a, qa, ka, va), ("many-b", qb, kb, vb)])
+        assert len(res) == 2
+        want_a, _ = reference(qa[None], ka[None], va[None], causal=True, bottom_right=True)
+        want_b, _ = reference(qb[None], round_to(kb, "float16")[None],
+                              round_to(vb, "float16")[None], causal=True, bottom_right=True)
+        np.testing.assert_allclose(res[0].output, want_a[0], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(res[1].output, want_b[0], rtol=1e-5, atol=1e-5)
+        # query only: nothing appended
+        only = client.extend_many(0, [(a, qa, None, None)])[0]
+        np.testing.assert_allclose(only.output, want_a[0][:, -1:], rtol=1e-5, atol=1e-5)
+        assert a.info().layer_tokens == [30]
+    finally:
+        a.delete()
+        b.delete()
+
+
+def test_session_errors(client):
+    s = client.create_session(2, 2, 8, session_id="py-err", max_tokens=4)
+    try:
+        with pytest.raises(ac.AlreadyExists, match="already exists"):
+            client.create_session(1, 1, 8, session_id="py-err")
+        with pytest.raises(ac.InvalidArgument, match="has 2 layers"):
+            s.extend(2, np.zeros((2, 1, 8), np.float32))
+        with pytest.raises(ac.InvalidArgument, match="a session may appear once"):
+            z = np.zeros((2, 1, 8), np.float32)
+            client.extend_many(0, [(s, z, None, None), (s, z, None, None)])
+        with pytest.raises(ac.ResourceExhausted, match="max_tokens"):
+            s.extend(0, None, np.zeros((2, 5, 8), np.float32), np.zeros((2, 5, 8), np.float32))
+        with pytest.raises(ac.InvalidArgument, match="tokens: must be >= 0"):
+            s.truncate(-1)
+        with pytest.raises(ValueError, match="cache_dtype"):
+            client.create_session(1, 1, 8, cache_dtype="int8")
+        with pytest.raises(ValueError, match="key and value come together"):
+            s.extend(0, None, np.zeros((2, 1, 8), np.float32))
+    finally:
+        s.delete()
+    with pytest.raises(ac.NotFound, match="may have expired"):
+        client.session("py-err").extend(0, np.zeros((2, 1, 8), np.float32))
+
+
+def test_async_sessions(server):
+    async def main():
+        async with AsyncAttentionClient(server) as c:
+            sessions = [await c.create_session(1, 1, 8) for _ in range(10)]
+            z = np.ones((1, 3, 8), np.float32)
+            outs = await asyncio.gather(*[s.extend(0, np.ones((2, 1, 8), np.float32), z, z)
+                                          for s in sessions])
+            info = await sessions[0].info()
+            child = await sessions[0].fork()
+            async with child:
+                await child.truncate(1)
+            listed = await c.list_sessions()
+            for s in sessions:
+                await s.delete()
+            return outs, info, listed
+
+    outs, info, listed = asyncio.run(asyncio.wait_for(main(), 60))
+    for o in outs:  # three equal keys: the output is the value, 1
+        np.testing.assert_allclose(o.output, np.ones((2, 1, 8)), rtol=1e-6)
+    assert info.layer_tokens == [3]
+    assert len(listed["sessions"]) >= 10
