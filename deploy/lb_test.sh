@@ -7,7 +7,11 @@
 #      policy for UNAVAILABLE (--retry);
 #   3. kills one replica (SIGKILL) in the middle of the run;
 #   4. checks that no call failed and that both replicas served calls, and
-#      prints the counts.
+#      prints the counts;
+#   5. with two fresh replicas, KV-cache sessions through nginx
+#      (deploy/lb_session_test.py): 50 sessions created and stepped, each
+#      answer checked, none NOT_FOUND; one replica killed: its sessions get
+#      NOT_FOUND/UNAVAILABLE with the clear message, the other's go on.
 #   deploy/lb_test.sh [BUILD_DIR] [SECONDS]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -64,3 +68,26 @@ echo "calls served: replica 1 $served1, replica 2 $served2 (before it was killed
 grep -q '"errors": {}' "$tmp/bench.json" || { echo "FAIL: calls failed through the balancer"; exit 1; }
 [ $rc -eq 0 ] || { tail -40 "$tmp/bench.log"; echo "FAIL: bench exit $rc"; exit 1; }
 echo "PASS: both replicas served; no call failed when one was killed"
+
+# 5. KV-cache sessions: two fresh replicas behind a fresh nginx, routed by
+# the x-attn-session header's consistent hash.
+kill "$(cat "$tmp/nginx.pid")"
+for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+pids=() ports=()
+for i in 1 2; do
+  port=$(free_port)
+  "$server" --host 127.0.0.1 --port "$port" --log-level info >"$tmp/session$i.log" 2>&1 &
+  pids+=($!)
+  ports+=("$port")
+  wait_serving "127.0.0.1:$port" "${pids[-1]}"
+done
+printf 'server 127.0.0.1:%s max_fails=1 fail_timeout=5s;\nserver 127.0.0.1:%s max_fails=1 fail_timeout=5s;\n' \
+  "${ports[0]}" "${ports[1]}" >"$tmp/conf/upstream.conf"
+lb_port=$(free_port)
+echo "listen 127.0.0.1:$lb_port http2;" >"$tmp/conf/listen.conf"
+nginx -p "$tmp" -c "$tmp/conf/nginx.conf" \
+  -g "pid $tmp/nginx.pid; error_log $tmp/error.log; user $(id -un);"
+wait_serving "127.0.0.1:$lb_port"
+stubs="$build/tests/client/python-stubs"
+PYTHONPATH="$stubs:$root/client/python" timeout 300 /usr/bin/python3 "$root/deploy/lb_session_test.py" \
+  "127.0.0.1:$lb_port" "127.0.0.1:${ports[0]}" "127.0.0.1:${ports[1]}" "${pids[1]}"

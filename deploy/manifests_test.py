@@ -47,7 +47,7 @@ class ManifestTest(unittest.TestCase):
         env = dict(os.environ)
         for e in self.container.get("env", []):
             self.assertTrue(e["name"].startswith("ATTN_"), e["name"])
-            env[e["name"]] = e["value"]
+            env[e["name"]] = e["value"] if "value" in e else "4096"  # a downward-API value
         # The server parses every flag and variable before --help; a bad one fails.
         r = subprocess.run([SERVER, *self.container["args"], "--help"], env=env,
                            capture_output=True, text=True, timeout=30)
@@ -72,6 +72,34 @@ class ManifestTest(unittest.TestCase):
                       cluster["spec"]["ports"])
         self.assertIn(None, [s["spec"].get("clusterIP") for s in by_kind("Service")])
         self.assertIn("None", [s["spec"].get("clusterIP") for s in by_kind("Service")])
+
+    def test_session_pool_follows_the_memory_limit(self):
+        """ATTN_CONTAINER_MEMORY_MB comes from the container's own memory
+        limit (in MiB), and the server sizes its KV-cache pool from it."""
+        env = {e["name"]: e for e in self.container["env"]}
+        ref = env["ATTN_CONTAINER_MEMORY_MB"]["valueFrom"]["resourceFieldRef"]
+        self.assertEqual(ref["resource"], "limits.memory")
+        self.assertEqual(ref["divisor"], "1Mi")
+        limit = self.container["resources"]["limits"]["memory"]
+        self.assertEqual(self.container["resources"]["requests"]["memory"], limit)
+        mib = int(limit[:-2]) * (1024 if limit.endswith("Gi") else 1)
+        # The pool the server logs at start-up for this limit: limit - 512 - 256 MiB.
+        proc = subprocess.Popen([SERVER, "--host", "127.0.0.1", "--port", "0"],
+                                env=dict(os.environ, ATTN_CONTAINER_MEMORY_MB=str(mib)),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            pool = None
+            for _ in range(200):
+                line = proc.stdout.readline()
+                m = re.search(r"KV-cache sessions: pool (\d+) MiB", line)
+                if m:
+                    pool = int(m.group(1))
+                if pool is not None or not line or "SERVING" in line:
+                    break
+            self.assertEqual(pool, mib - 512 - 256)
+        finally:
+            proc.kill()
+            proc.wait()
 
     def test_models_volume_is_the_model_dir(self):
         mounts = {m["mountPath"]: m for m in self.container["volumeMounts"]}

@@ -10,6 +10,12 @@
 // Arrays are { shape: number[], data: Float32Array } (bool masks: a
 // Uint8Array, with dtype 'bool'). Every call returns a Promise that rejects
 // with the gRPC error (err.code, err.details).
+//
+// KV-cache sessions (attention.v1.SessionService):
+//   const s = await client.createSession({ num_layers: 1, num_kv_heads: 8, head_dim: 128,
+//                                          cache_dtype: 'bfloat16' });
+//   const { output } = await s.extend(0, { query, key, value });   // [Hq, n, D], [Hkv, n, D]
+//   await s.delete();
 
 const path = require('path');
 const grpc = require('@grpc/grpc-js');
@@ -17,7 +23,7 @@ const protoLoader = require('@grpc/proto-loader');
 
 const PROTO_DIR = path.join(__dirname, '..', '..', 'proto');
 const definition = protoLoader.loadSync(
-  ['attention/v1/attention.proto', 'grpc/health/v1/health.proto'],
+  ['attention/v1/attention.proto', 'attention/v1/session.proto', 'grpc/health/v1/health.proto'],
   { includeDirs: [PROTO_DIR], keepCase: true, longs: Number, enums: String, defaults: false });
 const proto = grpc.loadPackageDefinition(definition);
 
@@ -55,18 +61,24 @@ class AttentionClient {
     const creds = grpc.credentials.createInsecure();
     this.stub = new proto.attention.v1.AttentionService(target, creds, options);
     this.health_ = new proto.grpc.health.v1.Health(target, creds, options);
+    this.sessions_ = new proto.attention.v1.SessionService(target, creds, options);
     this.timeoutMs = timeoutMs;
   }
 
   close() {
     this.stub.close();
     this.health_.close();
+    this.sessions_.close();
   }
 
-  call_(stub, method, request) {
+  // `sessionId`: sent as the x-attn-session header, by which a balancer
+  // keeps a session's calls on the replica that holds it.
+  call_(stub, method, request, sessionId = null) {
     const deadline = new Date(Date.now() + this.timeoutMs);
+    const metadata = new grpc.Metadata();
+    if (sessionId) metadata.set('x-attn-session', sessionId);
     return new Promise((resolve, reject) => {
-      stub[method](request, { deadline }, (err, resp) => (err ? reject(err) : resolve(resp)));
+      stub[method](request, metadata, { deadline }, (err, resp) => (err ? reject(err) : resolve(resp)));
     });
   }
 
@@ -116,6 +128,90 @@ class AttentionClient {
     const resp = await this.call_(this.health_, 'Check', { service });
     return resp.status || 'UNKNOWN';
   }
+
+  // ---- KV-cache sessions ----------------------------------------------------
+
+  // { num_layers, num_kv_heads, head_dim, value_dim?, cache_dtype? ('float32',
+  //   'bfloat16', 'float16'), max_tokens?, session_id? } -> Session
+  async createSession(spec) {
+    const dtype = { float32: 'DATA_TYPE_FLOAT32', bfloat16: 'DATA_TYPE_BFLOAT16',
+      float16: 'DATA_TYPE_FLOAT16' }[spec.cache_dtype || 'float32'];
+    if (!dtype) throw new Error(`cache_dtype: expected float32, bfloat16 or float16, got ${spec.cache_dtype}`);
+    const info = await this.call_(this.sessions_, 'CreateSession', { ...spec, cache_dtype: dtype },
+      spec.session_id || null);
+    return new Session(this, info.session_id);
+  }
+
+  // A handle on an existing session (nothing is sent).
+  session(id) { return new Session(this, id); }
+
+  async listSessions() {
+    const r = await this.call_(this.sessions_, 'ListSessions', {});
+    return { sessions: (r.sessions || []).map(sessionInfo),
+      cache_bytes_used: Number(r.cache_bytes_used || 0), cache_bytes_limit: Number(r.cache_bytes_limit || 0) };
+  }
+
+  // One Extend of several sessions as a batch. steps: [{ session (a Session or
+  // an id), query?, key?, value? }]; options: { causal (default true), scale,
+  // window_left, window_right, softcap, alibi_slopes, sink_logits, return_lse }.
+  // -> [{ output, lse }] per step.
+  async extendMany(layer, steps, options = {}) {
+    const { causal = true, scale, encoding = 'data', ...rest } = options;
+    const opts = { causal_alignment: 'CAUSAL_ALIGNMENT_BOTTOM_RIGHT' };
+    for (const [key, value] of Object.entries(rest)) {
+      if (value === undefined || value === null) continue;
+      opts[key] = typeof value === 'object' && 'shape' in value ? toTensor(value, encoding) : value;
+    }
+    const req = { layer, causal, options: opts, steps: steps.map((st) => {
+      const out = { session_id: typeof st.session === 'string' ? st.session : st.session.id };
+      for (const f of ['query', 'key', 'value']) if (st[f]) out[f] = toTensor(st[f], encoding);
+      return out;
+    }) };
+    if (scale !== undefined) req.scale = scale;
+    const resp = await this.call_(this.sessions_, 'Extend', req,
+      steps.length === 1 ? req.steps[0].session_id : null);
+    return (resp.results || []).map((r) => ({
+      output: fromTensor(r.output), lse: r.lse ? fromTensor(r.lse) : null }));
+  }
 }
 
-module.exports = { AttentionClient, toTensor, fromTensor, grpc };
+function sessionInfo(m) {
+  return { session_id: m.session_id, num_layers: m.num_layers, num_kv_heads: m.num_kv_heads,
+    head_dim: m.head_dim, value_dim: m.value_dim, cache_dtype: m.cache_dtype,
+    max_tokens: Number(m.max_tokens || 0), layer_tokens: (m.layer_tokens || []).map(Number),
+    cache_bytes: Number(m.cache_bytes || 0) };
+}
+
+// One session: extend, fork, truncate, info, delete.
+class Session {
+  constructor(client, id) { this.client = client; this.id = id; }
+
+  // Appends { key, value } ([Hkv, n, D]) to `layer`, then attends { query }
+  // ([Hq, n_q, D]) over the layer, bottom-right; options as for extendMany.
+  async extend(layer, { query, key, value, ...options } = {}) {
+    return (await this.client.extendMany(layer, [{ session: this, query, key, value }], options))[0];
+  }
+
+  async fork(newId = '') {
+    const info = await this.client.call_(this.client.sessions_, 'ForkSession',
+      { session_id: this.id, new_session_id: newId }, this.id);
+    return new Session(this.client, info.session_id);
+  }
+
+  async truncate(tokens) {
+    return sessionInfo(await this.client.call_(this.client.sessions_, 'TruncateSession',
+      { session_id: this.id, tokens }, this.id));
+  }
+
+  async info() {
+    return sessionInfo(await this.client.call_(this.client.sessions_, 'GetSession',
+      { session_id: this.id }, this.id));
+  }
+
+  async delete() {
+    return sessionInfo(await this.client.call_(this.client.sessions_, 'DeleteSession',
+      { session_id: this.id }, this.id));
+  }
+}
+
+module.exports = { AttentionClient, Session, toTensor, fromTensor, grpc };

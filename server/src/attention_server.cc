@@ -182,6 +182,7 @@ StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerCo
   const auto t0 = std::chrono::steady_clock::now();
   ATTN_RETURN_IF_ERROR(WarmUp(*s->models_, threads));
   LogListening(config, s->port_, threads);
+  s->LogSessionPool();
   LogMessage(
       spdlog::level::info,
       fmt::format("transport {}; bearer tokens {}; metrics {}; OIP HTTP {}; max in flight {}, "
@@ -264,7 +265,7 @@ void AttentionServer::StartSessions() {
                                                           session_metrics_.get());
 }
 
-void AttentionServer::StartSessionExpiry() {
+void AttentionServer::LogSessionPool() const {
   LogMessage(spdlog::level::info,
              fmt::format("KV-cache sessions: pool {} MiB in pages of {} KiB, at most {} sessions "
                          "of {} tokens a layer, idle timeout {}",
@@ -273,6 +274,9 @@ void AttentionServer::StartSessionExpiry() {
                          config_.session_idle_timeout_s > 0
                              ? fmt::format("{:g} s", config_.session_idle_timeout_s)
                              : std::string("off")));
+}
+
+void AttentionServer::StartSessionExpiry() {
   if (config_.session_idle_timeout_s <= 0) return;
   const auto idle = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::chrono::duration<double>(config_.session_idle_timeout_s));

@@ -72,6 +72,7 @@ class AttentionServer {
   std::string RenderMetrics() const;
   // The KV-cache store and its service (before the gRPC server is built).
   void StartSessions();
+  void LogSessionPool() const;
   // The thread that expires idle sessions (--session-idle-timeout).
   void StartSessionExpiry();
   void StopSessionExpiry();

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <algorithm>
 #include <map>
 
 namespace attn::server {
@@ -100,7 +101,16 @@ std::map<std::string, Flag> SessionFlags() {
        {"ATTN_KV_CACHE_MB",
         "the KV-cache sessions' page pool, MiB: every session's keys and values together; "
         "never over-committed (default 1024)",
-        Int(1, 1LL << 30, [](C* c, long long x) { c->kv_cache_bytes = x << 20; })}},
+        Int(1, 1LL << 30, [](C* c, long long x) {
+          c->kv_cache_bytes = x << 20;
+          c->kv_cache_given = true;
+        })}},
+      {"--container-memory-mb",
+       {"ATTN_CONTAINER_MEMORY_MB",
+        "the container's memory limit, MiB (the Kubernetes Deployment sets it from "
+        "limits.memory): without --kv-cache-mb, the pool is this less --memory-quota-mb and "
+        "256 MiB (default: unset)",
+        Int(1, 1LL << 30, [](C* c, long long x) { c->container_memory_mb = x; })}},
       {"--max-sessions",
        {"ATTN_MAX_SESSIONS", "KV-cache sessions alive at once (default 4096)",
         Int(1, 1LL << 24, [](C* c, long long x) { c->max_sessions = x; })}},
@@ -287,6 +297,10 @@ StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& args,
   }
   if (!c.tls_client_ca.empty() && c.tls_cert.empty()) {
     return Status::InvalidArgument("--tls-client-ca (mutual TLS) needs --tls-cert and --tls-key");
+  }
+  if (!c.kv_cache_given && c.container_memory_mb > 0) {
+    const int64_t mb = c.container_memory_mb - (c.memory_quota_bytes >> 20) - 256;
+    c.kv_cache_bytes = std::max<int64_t>(64, mb) << 20;
   }
   return c;
 }

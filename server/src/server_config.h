@@ -39,6 +39,11 @@ struct ServerConfig {
   int64_t max_sessions = 4096;                   // --max-sessions, ATTN_MAX_SESSIONS
   int64_t max_session_tokens = 131072;  // --max-session-tokens, ATTN_MAX_SESSION_TOKENS, per layer
   double session_idle_timeout_s = 600;  // --session-idle-timeout, ATTN_SESSION_IDLE_TIMEOUT; 0: never
+  // --container-memory-mb, ATTN_CONTAINER_MEMORY_MB: the container's memory
+  // limit; without --kv-cache-mb, the pool is this less --memory-quota-mb
+  // and 256 MiB for the rest (at least 64 MiB).
+  int64_t container_memory_mb = 0;
+  bool kv_cache_given = false;  // --kv-cache-mb or ATTN_KV_CACHE_MB was set
 };
 
 // Parses argv (without argv[0]) over the environment read through `getenv`.

@@ -57,6 +57,47 @@ TEST(ServerConfig, DefaultsFlagsAndEnvironment) {
   EXPECT_EQ(c->limits.max_message_bytes, 8 << 20);
 }
 
+// The KV-cache sessions' flags, and the pool sized from the container's
+// memory limit when --kv-cache-mb is not given.
+TEST(ServerConfig, SessionFlags) {
+  auto c = Parse({});
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->kv_cache_bytes, int64_t{1024} << 20);
+  EXPECT_EQ(c->max_sessions, 4096);
+  EXPECT_EQ(c->max_session_tokens, 131072);
+  EXPECT_EQ(c->session_idle_timeout_s, 600);
+  c = Parse({"--kv-cache-mb", "256", "--max-sessions=8", "--max-session-tokens", "4096",
+             "--session-idle-timeout", "90s"});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->kv_cache_bytes, int64_t{256} << 20);
+  EXPECT_EQ(c->max_sessions, 8);
+  EXPECT_EQ(c->max_session_tokens, 4096);
+  EXPECT_EQ(c->session_idle_timeout_s, 90);
+  for (const auto& [text, seconds] : {std::pair{"10m", 600.0}, std::pair{"2h", 7200.0},
+                                      std::pair{"0", 0.0}, std::pair{"1.5", 1.5}}) {
+    c = Parse({"--session-idle-timeout", text});
+    ASSERT_TRUE(c.ok()) << text;
+    EXPECT_EQ(c->session_idle_timeout_s, seconds) << text;
+  }
+  for (const char* bad : {"-1", "10x", "", "m"}) {
+    c = Parse({"--session-idle-timeout", bad});
+    ASSERT_FALSE(c.ok()) << bad;
+    EXPECT_NE(c.status().message().find("--session-idle-timeout: expected a duration"),
+              std::string::npos);
+  }
+  EXPECT_FALSE(Parse({"--kv-cache-mb", "0"}).ok());
+  // A 2 GiB container: 2048 - 512 (--memory-quota-mb) - 256 MiB for the pool.
+  c = Parse({}, {{"ATTN_CONTAINER_MEMORY_MB", "2048"}});
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->kv_cache_bytes, int64_t{1280} << 20);
+  c = Parse({"--memory-quota-mb", "128"}, {{"ATTN_CONTAINER_MEMORY_MB", "8192"}});
+  EXPECT_EQ(c->kv_cache_bytes, int64_t{8192 - 128 - 256} << 20);
+  c = Parse({}, {{"ATTN_CONTAINER_MEMORY_MB", "300"}});
+  EXPECT_EQ(c->kv_cache_bytes, int64_t{64} << 20) << "at least 64 MiB";
+  c = Parse({"--kv-cache-mb", "100"}, {{"ATTN_CONTAINER_MEMORY_MB", "8192"}});
+  EXPECT_EQ(c->kv_cache_bytes, int64_t{100} << 20) << "--kv-cache-mb wins";
+}
+
 // --compute-precision, and the arithmetic a call gets: what it asks for,
 // else the policy (auto: bf16 for BFLOAT16 queries), bf16 only where the
 // CPU and core can (else float32, which every request permits).

@@ -115,6 +115,76 @@ test('Node client end to end', async (t) => {
       });
     });
 
+    await t.test('sessions: a decode loop equals one-shot attention; fork, truncate, errors', async () => {
+      const [hq, hkv, d] = [4, 2, 8];
+      let seed = 1;
+      const rand = (n) => Float32Array.from({ length: n }, () => {
+        seed = (seed * 16807) % 2147483647;
+        return seed / 2147483647 - 0.5;
+      });
+      const keys = [[], []];
+      const values = [[], []];
+      const s = await client.createSession({ num_layers: 1, num_kv_heads: hkv, head_dim: d,
+        session_id: 'node-1' });
+      assert.strictEqual(s.id, 'node-1');
+      for (const n of [6, 1, 1, 1]) {
+        const q = rand(hq * n * d);
+        const k = rand(hkv * n * d);
+        const v = rand(hkv * n * d);
+        const { output, lse } = await s.extend(0, { query: { shape: [hq, n, d], data: q },
+          key: { shape: [hkv, n, d], data: k }, value: { shape: [hkv, n, d], data: v },
+          return_lse: true });
+        for (let g = 0; g < hkv; g++) {
+          keys[g].push(...k.subarray(g * n * d, (g + 1) * n * d));
+          values[g].push(...v.subarray(g * n * d, (g + 1) * n * d));
+        }
+        assert.deepStrictEqual(output.shape, [hq, n, d]);
+        assert.deepStrictEqual(lse.shape, [hq, n]);
+        const L = keys[0].length / d;
+        // One-shot attention in float64: head h reads kv head h / (hq / hkv),
+        // query t sits at L - n + t and sees keys up to it.
+        for (let h = 0; h < hq; h++) {
+          const g = Math.floor(h / (hq / hkv));
+          for (let t = 0; t < n; t++) {
+            const w = [];
+            for (let j = 0; j <= L - n + t; j++) {
+              let dot = 0;
+              for (let x = 0; x < d; x++) dot += q[(h * n + t) * d + x] * keys[g][j * d + x];
+              w.push(dot / Math.sqrt(d));
+            }
+            const m = Math.max(...w);
+            const e = w.map((x) => Math.exp(x - m));
+            const sum = e.reduce((a, b) => a + b, 0);
+            for (let x = 0; x < d; x++) {
+              let want = 0;
+              for (let j = 0; j < e.length; j++) want += (e[j] / sum) * values[g][j * d + x];
+              const got = output.data[(h * n + t) * d + x];
+              assert.ok(Math.abs(got - want) <= 1e-5, `h ${h} t ${t} x ${x}: ${got} vs ${want}`);
+            }
+            assert.ok(Math.abs(lse.data[h * n + t] - (m + Math.log(sum))) <= 1e-5);
+          }
+        }
+      }
+      const child = await s.fork('node-2');
+      assert.deepStrictEqual((await child.info()).layer_tokens, [9]);
+      assert.deepStrictEqual((await child.truncate(4)).layer_tokens, [4]);
+      assert.deepStrictEqual((await s.info()).layer_tokens, [9]);
+      const listed = await client.listSessions();
+      assert.ok(listed.sessions.some((x) => x.session_id === 'node-2'));
+      await s.delete();
+      await child.delete();
+      await assert.rejects(client.session('node-1').info(), (err) => {
+        assert.strictEqual(err.code, grpc.status.NOT_FOUND);
+        assert.match(err.details, /may have expired/);
+        return true;
+      });
+      await assert.rejects(client.createSession({ num_layers: 0, num_kv_heads: 1, head_dim: 8 }), (err) => {
+        assert.strictEqual(err.code, grpc.status.INVALID_ARGUMENT);
+        assert.match(err.details, /num_layers: must be in \[1, 4096\], got 0/);
+        return true;
+      });
+    });
+
     await t.test('list models', async () => {
       const models = await client.listModels();
       const m = models.find((x) => x.name === 'mha_cross_kdim_vdim_bias4d');
