@@ -8,6 +8,7 @@
 #                                whole request path and PARSE_FUZZ_SECONDS (default 30) over
 #                                the in-place parse against protobuf's,
 #                                and a SOAK_SECONDS (default 60) soak (tests/scripts/soak.sh)
+#                                beside a session soak as long (tests/scripts/session_soak.py)
 #   tests/run.sh --no-sanitize   release build only (no ASan/UBSan build, no fuzzing)
 #   tests/run.sh --no-fuzz       skip the fuzzing
 #   tests/run.sh --no-soak       skip the soak
@@ -33,7 +34,7 @@ for arg in "$@"; do
     --no-fuzz) fuzz=0 ;;
     --no-soak) soak=0 ;;
     --all) all=1 ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "tests/run.sh: unknown option '$arg' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -96,8 +97,16 @@ if [ "$fuzz" = 1 ]; then
   fuzz_one parse_fuzzer "${PARSE_FUZZ_SECONDS:-30}" 4096
 fi
 if [ "$soak" = 1 ]; then
-  echo "== soak ${SOAK_SECONDS:-60} s (tests/scripts/soak.sh)"
+  # The two soaks run side by side, each against its own server: the mixed
+  # stateless calls, and random session calls over 200 KV-cache sessions.
+  echo "== soak ${SOAK_SECONDS:-60} s (tests/scripts/soak.sh) and session soak (session_soak.py)"
+  PYTHONPATH="$build_dir/tests/client/python-stubs:$PWD/client/python" \
+    timeout 600 /usr/bin/python3 tests/scripts/session_soak.py "$build_dir/bin/attention-server" \
+    "${SOAK_SECONDS:-60}" >"$build_dir/session_soak.log" 2>&1 &
+  session_soak=$!
   bash tests/scripts/soak.sh "$build_dir" "${SOAK_SECONDS:-60}"
+  wait $session_soak || { cat "$build_dir/session_soak.log"; echo "FAIL: the session soak"; exit 1; }
+  cat "$build_dir/session_soak.log"
 fi
 echo "== replicas behind nginx, one killed (deploy/lb_test.sh)"
 bash deploy/lb_test.sh "$build_dir" 6

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "attention/v1/attention.pb.h"
+#include "attention/v1/session.pb.h"
 #include "host_array.h"
 #include "inference/open_inference_grpc.pb.h"
 
@@ -250,6 +251,53 @@ int main(int argc, char** argv) {
     binary.push_back('\0');
     binary += std::string(15, '\x3f');
     WriteHttp("http_binary", 2, binary);
+  }
+  {  // SessionService (bytes 250-255) against the fuzzer's sessions a, b and c
+    attention::v1::ExtendRequest e;
+    e.set_causal(true);
+    auto* st = e.add_steps();
+    st->set_session_id("a");
+    *st->mutable_query() = T({4, 1, 8});
+    *st->mutable_key() = T({2, 1, 8});
+    *st->mutable_value() = T({2, 1, 8});
+    Write("session_extend_decode", static_cast<char>(250), e);
+    auto* st2 = e.add_steps();
+    st2->set_session_id("b");
+    *st2->mutable_query() = T({2, 3, 4}, Encoding::kValues);
+    *st2->mutable_key() = T({1, 3, 4});
+    *st2->mutable_value() = T({1, 3, 6});
+    auto* o = e.mutable_options();
+    o->set_window_left(4);
+    o->set_softcap(2.5f);
+    o->set_return_lse(true);
+    *o->mutable_sink_logits() = T({2});
+    e.mutable_steps(0)->mutable_query()->CopyFrom(T({2, 1, 8}));
+    Write("session_extend_batch_options", static_cast<char>(250), e);
+    attention::v1::ExtendRequest cow;
+    cow.set_causal(true);
+    auto* c = cow.add_steps();
+    c->set_session_id("c");
+    *c->mutable_key() = T({2, 20, 8});
+    *c->mutable_value() = T({2, 20, 8});
+    Write("session_extend_fork_copy_on_write", static_cast<char>(255), cow);
+    attention::v1::CreateSessionRequest cr;
+    cr.set_session_id("d");
+    cr.set_num_layers(2);
+    cr.set_num_kv_heads(1);
+    cr.set_head_dim(16);
+    cr.set_cache_dtype(attention::v1::DATA_TYPE_FLOAT16);
+    Write("session_create", static_cast<char>(251), cr);
+    attention::v1::ForkSessionRequest f;
+    f.set_session_id("b");
+    f.set_new_session_id("b2");
+    Write("session_fork", static_cast<char>(252), f);
+    attention::v1::TruncateSessionRequest t;
+    t.set_session_id("a");
+    t.set_tokens(7);
+    Write("session_truncate", static_cast<char>(253), t);
+    attention::v1::SessionRef d;
+    d.set_session_id("a");
+    Write("session_delete", static_cast<char>(254), d);
   }
   std::printf("wrote %d seeds to %s\n", written, dir.c_str());
   dir = argv[2];

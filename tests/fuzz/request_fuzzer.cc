@@ -7,8 +7,15 @@
 // MultiHeadAttention, the rest that request serialized; 3 the Open Inference
 // Protocol's ModelInfer, the rest an inference.ModelInferRequest; 4 an OIP
 // HTTP infer body (byte 1: bit 0 picks the model, bit 1 the binary
-// extension, whose JSON then ends at the first NUL byte). The limits are small, so that a
-// valid request is cheap; the demo models are served.
+// extension, whose JSON then ends at the first NUL byte) (byte 0 modulo 5,
+// below 250). 250-255: SessionService, against a fresh small KV-cache store
+// holding sessions "a", "b" and "c" (a fork of "a"): 250 an ExtendRequest,
+// 251 CreateSessionRequest, 252 ForkSessionRequest, 253
+// TruncateSessionRequest, 254 DeleteSession's SessionRef, 255 an
+// ExtendRequest again ("c" shares "a"'s partly filled last page of layer 0,
+// so a write there copies it first). The
+// limits are small, so that a valid request is cheap; the demo models are
+// served.
 //
 // Invariants beyond "no crash, no sanitizer report":
 //   - the answer is never INTERNAL (that would be a bug, not bad input);
@@ -27,17 +34,22 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "attention/v1/attention.pb.h"
+#include "attention/v1/session.pb.h"
 #include "attention_v1/attention_v1_adapter.h"
+#include "attn/kv_cache.h"
 #include "call/prepared_call.h"
 #include "models/model_registry.h"
 #include "oip/oip_adapter.h"
 #include "oip/oip_json.h"
 #include "parse_check.h"
+#include "sessions/extend_call.h"
+#include "sessions/session_service.h"
 #include "wire/tensor_data.h"
 
 namespace {
@@ -177,10 +189,122 @@ void RunHttp(const uint8_t* data, size_t size) {
   RunOip(req, &outputs);
 }
 
+// Every session's tokens per layer and the pool's bytes: what a failed call
+// must leave as it was.
+std::vector<std::vector<int64_t>> SessionState(attn::KvCacheStore& store) {
+  std::vector<std::vector<int64_t>> state;
+  for (const attn::KvSessionInfo& i : store.List()) {
+    state.push_back(i.layer_tokens);
+    state.back().push_back(i.cache_bytes);
+  }
+  state.push_back({store.bytes_used()});
+  return state;
+}
+
+// A fresh store with "a" (2 layers, 2 kv heads, D 8, float32, 20 tokens in
+// layer 0), "b" (1 layer, 1 head, D 4, Dv 6, bfloat16, 5 tokens) and "c", a
+// fork of "a".
+std::unique_ptr<attn::KvCacheStore> SessionStore() {
+  attn::KvStoreOptions o;
+  o.pool_bytes = 64 << 10;
+  o.page_bytes = 1024;
+  o.max_sessions = 6;
+  o.default_max_tokens = 300;
+  auto store = std::make_unique<attn::KvCacheStore>(o);
+  auto make = [&](const char* id, int64_t layers, int64_t heads, int64_t d, int64_t dv,
+                  attn::CacheType t, int64_t tokens) {
+    attn::KvSessionSpec spec;
+    spec.session_id = id, spec.num_layers = layers, spec.num_kv_heads = heads;
+    spec.head_dim = d, spec.value_dim = dv, spec.cache_type = t;
+    if (!store->Create(spec).ok()) Die("session setup", attn::Status::Internal(id));
+    std::vector<float> kv(static_cast<size_t>(heads * tokens * std::max(d, dv)), 0.25f);
+    attn::KvStep st{id, attn::TensorView::Dense(kv.data(), {heads, 0, d}),
+                    attn::TensorView::Dense(kv.data(), {heads, tokens, d}),
+                    attn::TensorView::Dense(kv.data(), {heads, tokens, dv})};
+    auto r = store->Extend(0, {st}, {});
+    if (!r.ok()) Die("session setup", r.status());
+  };
+  make("a", 2, 2, 8, 8, attn::CacheType::kFloat32, 20);
+  make("b", 1, 1, 4, 6, attn::CacheType::kBFloat16, 5);
+  if (!store->Fork("a", "c").ok()) Die("session setup", attn::Status::Internal("fork"));
+  return store;
+}
+
+void RunSessions(int op, const uint8_t* data, size_t size) {
+  static const RequestLimits limits = SmallLimits();
+  auto store = SessionStore();
+  const auto before = SessionState(*store);
+  attn::Status st;
+  auto parse = [&](google::protobuf::MessageLite* m) {
+    return m->ParseFromArray(data, static_cast<int>(size));
+  };
+  if (op == 0 || op == 5) {
+    attention::v1::ExtendRequest req;
+    if (!parse(&req)) return Report(attn::Status::InvalidArgument("not a parsable request"));
+    PreparedCall call;
+    grpc::ByteBuffer sent;
+    st = attn::server::PrepareExtend(req, store.get(), limits, nullptr, &sent, &call);
+    if (st.ok()) {
+      auto out = call.compute(1, nullptr);
+      st = out.ok() ? call.respond(*out) : out.status();
+      if (st.ok()) {  // every step's output sized by its shape
+        std::vector<grpc::Slice> slices;
+        std::string wire;
+        if (!sent.Dump(&slices).ok()) Die("extend answer", attn::Status::Internal("no slices"));
+        for (const grpc::Slice& sl : slices)
+          wire.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+        attention::v1::ExtendResponse resp;
+        if (!resp.ParseFromString(wire) || resp.results_size() != req.steps_size()) {
+          Die("extend answer", attn::Status::Internal("unparsable or short"));
+        }
+        for (const auto& r : resp.results()) {
+          int64_t n = 1;
+          for (int64_t d : r.output().shape()) n *= d;
+          const int64_t width =
+              r.output().data().empty()
+                  ? 4
+                  : attn::wire::WireTypeBytes(attn::wire::FromNativeDataType(r.output().dtype()));
+          if (static_cast<int64_t>(r.output().data().size()) + 4 * r.output().values_size() !=
+              width * n) {
+            Die("extend answer", attn::Status::Internal("output size"));
+          }
+        }
+      }
+    }
+  } else if (op == 1) {
+    attention::v1::CreateSessionRequest req;
+    if (!parse(&req)) return Report(attn::Status::InvalidArgument("not a parsable request"));
+    st = attn::server::CreateFromWire(req, store.get()).status();
+  } else if (op == 2) {
+    attention::v1::ForkSessionRequest req;
+    if (!parse(&req)) return Report(attn::Status::InvalidArgument("not a parsable request"));
+    st = store->Fork(req.session_id(), req.new_session_id()).status();
+  } else if (op == 3) {
+    attention::v1::TruncateSessionRequest req;
+    if (!parse(&req)) return Report(attn::Status::InvalidArgument("not a parsable request"));
+    st = store->Truncate(req.session_id(), req.tokens()).status();
+  } else {
+    attention::v1::SessionRef req;
+    if (!parse(&req)) return Report(attn::Status::InvalidArgument("not a parsable request"));
+    st = store->Delete(req.session_id()).status();
+  }
+  if (st.code() == attn::StatusCode::kInternal) Die("session call", st);
+  if (store->bytes_used() > store->bytes_limit())
+    Die("session pool", attn::Status::Internal("over"));
+  if (!st.ok() && SessionState(*store) != before) {
+    Die("a failed session call changed the store", st);
+  }
+  Report(st);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
+  if (data[0] >= 250) {
+    RunSessions(data[0] - 250, data + 1, size - 1);
+    return 0;
+  }
   switch (data[0] % 5) {
     case 0:
       Run<attention::v1::AttentionRequest>(data + 1, size - 1, attn::server::PrepareAttention);

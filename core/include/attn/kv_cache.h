@@ -78,8 +78,9 @@ struct KvExtendOptions {
   bool causal = true;
   std::optional<float> scale;                        // default 1/sqrt(D); finite
   std::optional<int64_t> window_left, window_right;  // >= 0; unset: unbounded
-  // softcap; alibi_slopes float32 [Hq] or [steps, Hq]; sink_logits [Hq];
-  // return_lse gives each result an lse [Hq, n_q].
+  // softcap; alibi_slopes float32 [Hq] or [steps, Hq]; sink_logits [Hq]
+  // (checked against the steps that have queries); return_lse gives each
+  // result an lse [Hq, n_q].
   AttentionScoreOptions score;
   const std::atomic<bool>* cancelled = nullptr;  // polled; CANCELLED, nothing changed
   int num_threads = 0;                           // 0 means ComputeThreads()

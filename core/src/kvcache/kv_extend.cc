@@ -151,6 +151,9 @@ static StatusOr<std::vector<StepPlan>> Plan(KvCacheStore::Impl& impl, int64_t la
                           impl.Find(id, "extend: steps[" + std::to_string(i) + "]: "));
     plans[i].step = &steps[i];
     ATTN_RETURN_IF_ERROR(CheckStep(i, layer, &plans[i]));
+    // Per-head options concern the query heads; a step without queries
+    // (keys only, in a batch with decode steps) has none to match.
+    if (plans[i].n == 0) continue;
     ATTN_RETURN_IF_ERROR(
         PerHead(o.score.alibi_slopes, i, plans[i].hq, "alibi_slopes", &plans[i].slopes));
     ATTN_RETURN_IF_ERROR(

@@ -37,6 +37,18 @@ v1::DataType CacheTypeToWire(CacheType t) {
 
 }  // namespace
 
+StatusOr<KvSessionInfo> CreateFromWire(const v1::CreateSessionRequest& r, KvCacheStore* store) {
+  KvSessionSpec spec;
+  spec.session_id = r.session_id();
+  spec.num_layers = r.num_layers();
+  spec.num_kv_heads = r.num_kv_heads();
+  spec.head_dim = r.head_dim();
+  spec.value_dim = r.value_dim();
+  ATTN_ASSIGN_OR_RETURN(spec.cache_type, CacheTypeFromWire(r.cache_dtype()));
+  spec.max_tokens = r.max_tokens();
+  return store->Create(spec);
+}
+
 void ToWire(const KvSessionInfo& info, v1::SessionInfo* out) {
   out->set_session_id(info.spec.session_id);
   out->set_num_layers(static_cast<int32_t>(info.spec.num_layers));
@@ -73,17 +85,7 @@ grpc::ServerUnaryReactor* SessionServiceImpl::CreateSession(grpc::CallbackServer
                                                             grpc::ByteBuffer* resp) {
   return InfoCall<v1::CreateSessionRequest>(
       Rpc::kCreateSession, ctx, req, resp,
-      [this](const v1::CreateSessionRequest& r) -> StatusOr<KvSessionInfo> {
-        KvSessionSpec spec;
-        spec.session_id = r.session_id();
-        spec.num_layers = r.num_layers();
-        spec.num_kv_heads = r.num_kv_heads();
-        spec.head_dim = r.head_dim();
-        spec.value_dim = r.value_dim();
-        ATTN_ASSIGN_OR_RETURN(spec.cache_type, CacheTypeFromWire(r.cache_dtype()));
-        spec.max_tokens = r.max_tokens();
-        return store_->Create(spec);
-      });
+      [this](const v1::CreateSessionRequest& r) { return CreateFromWire(r, store_); });
 }
 
 grpc::ServerUnaryReactor* SessionServiceImpl::GetSession(grpc::CallbackServerContext* ctx,

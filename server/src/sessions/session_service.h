@@ -60,6 +60,10 @@ class SessionServiceImpl final : public RawSessionService {
   SessionMetrics* const metrics_;
 };
 
+// CreateSession's request into the store (the cache_dtype checked here).
+StatusOr<KvSessionInfo> CreateFromWire(const attention::v1::CreateSessionRequest& r,
+                                       KvCacheStore* store);
+
 // core's session info as the wire's.
 void ToWire(const KvSessionInfo& info, attention::v1::SessionInfo* out);
 

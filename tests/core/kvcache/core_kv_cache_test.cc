@@ -82,7 +82,8 @@ StepData MakeStep(const Tracked& t, int64_t n, int64_t nkv, std::mt19937& rng) {
 KvStep ViewStep(const Tracked& t, const StepData& s, bool with_kv = true) {
   KvStep step;
   step.session_id = t.id;
-  step.query = TensorView::Dense(s.q.data(), {t.hq, s.n, t.replay.d});
+  // A step without queries is [Hkv, 0, D], as the server makes it.
+  step.query = TensorView::Dense(s.q.data(), {s.n > 0 ? t.hq : t.replay.hkv, s.n, t.replay.d});
   if (with_kv) {
     step.key = TensorView::Dense(s.k.data(), {t.replay.hkv, s.nkv, t.replay.d});
     step.value = TensorView::Dense(s.v.data(), {t.replay.hkv, s.nkv, t.replay.dv});
@@ -116,7 +117,8 @@ void ExtendAndCheck(KvCacheStore& store, int64_t layer, std::vector<Tracked*> ts
     ts[i]->replay.Append(layer, data[i].k, data[i].v, data[i].nkv);
     const auto want = ts[i]->replay.Expected(layer, data[i].q, ts[i]->hq, data[i].n, ro);
     const auto& res = r->results[i];
-    ASSERT_EQ(res.output.shape, (attn::Shape{ts[i]->hq, data[i].n, ts[i]->replay.dv}));
+    const int64_t hq = data[i].n > 0 ? ts[i]->hq : ts[i]->replay.hkv;
+    ASSERT_EQ(res.output.shape, (attn::Shape{hq, data[i].n, ts[i]->replay.dv}));
     ASSERT_TRUE(res.lse.has_value());
     SCOPED_TRACE("step " + std::to_string(i) + " of session " + ts[i]->id);
     attn_test::ExpectMatches(want, res.output.data.data(), res.lse->data.data());
@@ -199,11 +201,14 @@ TEST(KvCache, MixedBatchOfDecodeChunkQueryOnlyAndFillOnly) {
                  {MakeStep(a, 20, 20, rng), MakeStep(b, 33, 33, rng), MakeStep(c, 5, 5, rng),
                   MakeStep(d, 17, 17, rng)},
                  {});
-  // decode, a chunk, queries only, keys only.
+  // decode, a chunk, queries only, keys only; with sinks, which the
+  // keys-only step (no query heads to match) does not need to fit.
+  ReplayOptions sinks;
+  sinks.sink = {0.5f, -1.0f, 0.25f, 2.0f};
   ExtendAndCheck(store, 0, {&a, &b, &c, &d},
                  {MakeStep(a, 1, 1, rng), MakeStep(b, 90, 90, rng), MakeStep(c, 3, 0, rng),
                   MakeStep(d, 0, 9, rng)},
-                 {});
+                 sinks);
   EXPECT_EQ(store.Get("d")->layer_tokens[0], 26);
 }
 
@@ -230,6 +235,47 @@ TEST(KvCache, ForkSharesPagesAndDivergesCopyOnWrite) {
   ExtendAndCheck(store, 0, {&child}, {MakeStep(child, 2, 0, rng)}, {});
   ASSERT_TRUE(store.Delete("child").ok());
   EXPECT_EQ(store.bytes_used(), 0) << "every page back once nobody holds it";
+}
+
+// A fork of a 32k-token session (bf16, 8 kv heads, D 128: 128 MiB of K/V)
+// allocates no page; the first write after it copies one page per head.
+TEST(KvCache, ForkOfALongSessionAllocatesNoPage) {
+  attn::KvStoreOptions o;
+  o.pool_bytes = int64_t{160} << 20;
+  o.default_max_tokens = 65536;
+  KvCacheStore store(o);
+  KvSessionSpec spec;
+  spec.session_id = "long";
+  spec.num_kv_heads = 8;
+  spec.head_dim = 128;
+  spec.cache_type = CacheType::kBFloat16;
+  ASSERT_TRUE(store.Create(spec).ok());
+  std::mt19937 rng(12);
+  const int64_t chunk = 4096;
+  const std::vector<float> kv = attn_test::Normal(8 * chunk * 128, rng);
+  std::vector<float> none;
+  for (int64_t at = 0; at < 32768; at += chunk) {
+    KvStep st{"long", TensorView::Dense(none.data(), {8, 0, 128}),
+              TensorView::Dense(kv.data(), {8, chunk, 128}),
+              TensorView::Dense(kv.data(), {8, chunk, 128})};
+    ASSERT_TRUE(store.Extend(0, {st}, {}).ok());
+  }
+  auto info = store.Get("long");
+  ASSERT_TRUE(info.ok());
+  const int64_t raw = int64_t{32768} * 8 * 256 * 2;
+  EXPECT_EQ(info->tokens_per_page, 64);
+  EXPECT_EQ(info->cache_bytes, raw) << "32768 tokens fill whole pages of 64";
+  const int64_t used = store.bytes_used();
+  ASSERT_TRUE(store.Fork("long", "beam").ok());
+  EXPECT_EQ(store.bytes_used(), used) << "the fork allocated a page";
+  // One token into the child: its last pages are full, so new ones (one a
+  // head), nothing copied; and the parent's bytes stay where they were.
+  std::vector<float> one(8 * 128, 0.5f);
+  KvStep st{"beam", TensorView::Dense(one.data(), {8, 1, 128}),
+            TensorView::Dense(one.data(), {8, 1, 128}), TensorView::Dense(one.data(), {8, 1, 128})};
+  ASSERT_TRUE(store.Extend(0, {st}, {}).ok());
+  EXPECT_EQ(store.bytes_used(), used + 8 * o.page_bytes);
+  EXPECT_EQ(store.Get("long")->cache_bytes, raw);
 }
 
 TEST(KvCache, TruncateThenExtend) {

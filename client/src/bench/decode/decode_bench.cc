@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <random>
 #include <sstream>
@@ -95,15 +96,19 @@ class DecodeRun {
     for (const auto& id : ids_) (void)client_->Delete(id, c_.timeout);
   }
 
-  // Fills every session with `prefill` tokens in chunks: keys and values only.
+  // Fills every session with `prefill` tokens, keys and values only, a
+  // session at a time in chunks of at most 2048 tokens (a message of 16 MiB
+  // at Hkv 8, D 128 float32).
   Status Prefill() {
-    for (int64_t at = 0; at < c_.prefill;) {
-      const int64_t n = std::min<int64_t>(2048, c_.prefill - at);
-      v1::ExtendRequest req = Request(0, n);
-      auto r = client_->Extend(req, c_.timeout);
-      if (!r.ok()) return r.status();
-      Record(req, n);
-      at += n;
+    for (size_t s = 0; s < ids_.size(); ++s) {
+      for (int64_t at = 0; at < c_.prefill;) {
+        const int64_t n = std::min<int64_t>(2048, c_.prefill - at);
+        v1::ExtendRequest req = Request(0, n, static_cast<int64_t>(s));
+        auto r = client_->Extend(req, c_.timeout);
+        if (!r.ok()) return r.status();
+        Record(req, n, s);
+        at += n;
+      }
     }
     tokens_ = c_.prefill;
     return Status::Ok();
@@ -111,14 +116,17 @@ class DecodeRun {
 
   // One step: every session's step_tokens queries and new tokens.
   v1::ExtendRequest Step() { return Request(c_.step_tokens, c_.step_tokens); }
-  void Record(const v1::ExtendRequest& req, int64_t nkv) {
+  // The keys and values of `req` (every session's, or only session `only`'s)
+  // into the replay.
+  void Record(const v1::ExtendRequest& req, int64_t nkv, size_t only = SIZE_MAX) {
     if (!c_.verify) return;
-    for (int s = 0; s < req.steps_size(); ++s) {
+    for (int i = 0; i < req.steps_size(); ++i) {
+      const size_t s = only == SIZE_MAX ? static_cast<size_t>(i) : only;
       for (int64_t g = 0; g < c_.hkv; ++g) {
-        const auto& k = keys_[static_cast<size_t>(s)];
-        const auto& v = values_[static_cast<size_t>(s)];
-        auto& rk = replay_[static_cast<size_t>(s)].k[static_cast<size_t>(g)];
-        auto& rv = replay_[static_cast<size_t>(s)].v[static_cast<size_t>(g)];
+        const auto& k = keys_[static_cast<size_t>(i)];
+        const auto& v = values_[static_cast<size_t>(i)];
+        auto& rk = replay_[s].k[static_cast<size_t>(g)];
+        auto& rv = replay_[s].v[static_cast<size_t>(g)];
         for (int64_t i = 0; i < nkv * c_.d; ++i) {
           rk.push_back(
               Round(k[static_cast<size_t>(g * nkv * c_.d + i)], CacheWire(c_.cache_dtype)));
@@ -172,14 +180,18 @@ class DecodeRun {
   }
 
  private:
-  v1::ExtendRequest Request(int64_t nq, int64_t nkv) {
+  // A step of every session, or of session `only` alone; its tensors are
+  // kept in queries_/keys_/values_ by step.
+  v1::ExtendRequest Request(int64_t nq, int64_t nkv, int64_t only = -1) {
     v1::ExtendRequest req;
     req.set_causal(true);
     std::normal_distribution<float> n01(0.0f, 1.0f);
-    queries_.assign(ids_.size(), {});
-    keys_.assign(ids_.size(), {});
-    values_.assign(ids_.size(), {});
-    for (size_t s = 0; s < ids_.size(); ++s) {
+    const size_t count = only < 0 ? ids_.size() : 1;
+    queries_.assign(count, {});
+    keys_.assign(count, {});
+    values_.assign(count, {});
+    for (size_t s = 0; s < count; ++s) {
+      const std::string& id = ids_[only < 0 ? s : static_cast<size_t>(only)];
       auto fill = [&](std::vector<float>& x, int64_t n) {
         x.resize(static_cast<size_t>(n));
         for (float& e : x) e = Round(n01(rng_), c_.wire);
@@ -188,7 +200,7 @@ class DecodeRun {
       fill(keys_[s], c_.hkv * nkv * c_.d);
       fill(values_[s], c_.hkv * nkv * c_.d);
       v1::SessionStep* st = req.add_steps();
-      st->set_session_id(ids_[s]);
+      st->set_session_id(id);
       if (nq > 0) {
         wire::EncodeDense({c_.hq, nq, c_.d}, queries_[s].data(), queries_[s].size(), c_.wire,
                           wire::Encoding::kData, st->mutable_query());
