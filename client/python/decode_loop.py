@@ -11,6 +11,7 @@ import argparse
 
 import numpy as np
 
+import attention_client as ac
 from attention_client import AttentionClient
 
 try:
@@ -44,11 +45,16 @@ def main():
     as_torch = torch is not None
     tdtype = (torch.bfloat16 if a.dtype == "bfloat16" else torch.float32) if as_torch else None
 
-    def tensor(shape):
+    def tensor(shape, cached=False):
+        """The array to send, and the float64 values the server computes
+        with: torch tensors are rounded to their dtype here; numpy float32
+        keys and values are rounded by a bfloat16 cache on the server."""
         x = rng.standard_normal(shape).astype(np.float32)
         if as_torch:
             t = torch.from_numpy(x).to(tdtype)
             return t, t.float().numpy().astype(np.float64)
+        if cached and a.dtype == "bfloat16":
+            return x, ac.bf16_to_float32(ac.bf16_bits(x)).astype(np.float64)
         return x, x.astype(np.float64)
 
     with AttentionClient(a.target) as c:
@@ -57,7 +63,8 @@ def main():
                   f"{'torch ' + str(tdtype) if as_torch else 'numpy float32'} tensors")
             for step in range(a.steps + 1):
                 n = a.prefill if step == 0 else 1
-                (q, q64), (k, k64), (v, v64) = tensor((hq, n, d)), tensor((hkv, n, d)), tensor((hkv, n, d))
+                (q, q64), (k, k64), (v, v64) = (tensor((hq, n, d)), tensor((hkv, n, d), True),
+                                                tensor((hkv, n, d), True))
                 out = s.extend(0, q, k, v).output
                 keys, values = np.concatenate([keys, k64], 1), np.concatenate([values, v64], 1)
                 got = out.float().numpy() if as_torch else out

@@ -13,6 +13,7 @@ import asyncio
 import os
 import re
 import subprocess
+import sys
 import tempfile
 import time
 import tracemalloc
@@ -424,6 +425,26 @@ def test_session_torch_bf16_decode_loop(client):
             want, _ = reference(q.float().numpy()[None], torch.cat(keys, 1).numpy()[None],
                                 torch.cat(values, 1).numpy()[None], causal=True, bottom_right=True)
             np.testing.assert_allclose(out.float().numpy(), want[0], atol=3e-2)
+
+
+def test_decode_loop_example(server, tmp_path):
+    """client/python/decode_loop.py, the README's decode-loop example, runs
+    and its every step matches one-shot attention (torch when installed,
+    else numpy; a bfloat16 cache rounds the inputs the reference sees too)."""
+    source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
+                          "client", "python", "decode_loop.py")
+    # Run from elsewhere: beside the source package the script would import it.
+    example = tmp_path / "decode_loop.py"
+    example.write_text(open(source).read())
+    bf16_tol = 2e-2 if torch is not None else 1e-5  # torch bfloat16 answers are rounded
+    for dtype, tol in (("float32", 1e-5), ("bfloat16", bf16_tol)):
+        out = subprocess.run([sys.executable, str(example), "--target", server, "--steps", "4",
+                              "--prefill", "16", "--dtype", dtype],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        diffs = [float(m) for m in re.findall(r"one-shot float64\| = ([0-9.e+-]+)", out.stdout)]
+        assert len(diffs) == 5, out.stdout
+        assert max(diffs) <= tol, out.stdout
 
 
 def test_session_fork_truncate_and_options(client):
