@@ -199,6 +199,7 @@ StatusOr<KvSessionInfo> KvCacheStore::Truncate(const std::string& id, int64_t to
   }
   ATTN_ASSIGN_OR_RETURN(auto session, impl_->Find(id, "truncate: "));
   std::lock_guard<std::mutex> lock(session->mu);
+  if (session->gone) return Status::NotFound(internal::NotFoundMessage(id, "truncate: "));
   if (session->busy_layers > 0) {
     return Status::Aborted("session '" + id +
                            "' is busy: an Extend is in flight on it; truncate after it ends");
@@ -227,6 +228,7 @@ StatusOr<KvSessionInfo> KvCacheStore::Delete(const std::string& id) {
     impl_->sessions.erase(it);
   }
   std::lock_guard<std::mutex> lock(session->mu);
+  session->gone = true;
   return session->InfoLocked();
 }
 
@@ -255,6 +257,7 @@ int64_t KvCacheStore::ExpireIdle(std::chrono::steady_clock::duration idle) {
     KvSession& s = *it->second;
     std::lock_guard<std::mutex> slock(s.mu);
     if (s.busy_layers == 0 && now - s.last_used >= idle) {
+      s.gone = true;
       expired.push_back(std::move(it->second));
       it = impl_->sessions.erase(it);
     } else {

@@ -197,6 +197,10 @@ Status Reserve(int64_t layer, std::vector<StepPlan>& plans, internal::PagePool* 
     KvSession& s = *p.session;
     std::lock_guard<std::mutex> lock(s.mu);
     KvLayer& l = s.layers[static_cast<size_t>(layer)];
+    if (s.gone) {  // deleted or expired since the plan found it
+      return Status::NotFound(internal::NotFoundMessage(
+          s.spec.session_id, "extend: steps[" + std::to_string(i) + "]: "));
+    }
     if (l.busy) {
       return Status::Aborted(At(i, s.spec.session_id) + ": layer " + std::to_string(layer) +
                              " is busy with another Extend; a client sequences its own steps");

@@ -35,6 +35,9 @@ struct KvSession {
   std::mutex mu;  // guards everything below
   std::vector<KvLayer> layers;
   int busy_layers = 0;
+  // Set when the store lets it go (delete, expiry): a call that found it
+  // just before then gets NOT_FOUND instead of writing to a lost session.
+  bool gone = false;
   SteadyClock::time_point last_used;
 
   int64_t page_elems_k() const { return tokens_per_page * spec.head_dim; }
