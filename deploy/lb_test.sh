@@ -31,25 +31,30 @@ cleanup() {
 trap cleanup EXIT
 . "$root/tests/scripts/loopback.sh"
 
-ports=()
-for i in 1 2; do
-  port=$(free_port)
-  "$server" --host 127.0.0.1 --port "$port" --log-level debug >"$tmp/replica$i.log" 2>&1 &
-  pids+=($!)
-  ports+=("$port")
-  wait_serving "127.0.0.1:$port" "${pids[-1]}"
-done
+# Two replicas (logs $tmp/NAME1.log and NAME2.log at LEVEL) and nginx in
+# front of them: sets pids, ports and lb_port.
+start_replicas_and_nginx() {  # NAME LEVEL
+  pids=() ports=()
+  for i in 1 2; do
+    port=$(free_port)
+    "$server" --host 127.0.0.1 --port "$port" --log-level "$2" >"$tmp/$1$i.log" 2>&1 &
+    pids+=($!)
+    ports+=("$port")
+    wait_serving "127.0.0.1:$port" "${pids[-1]}"
+  done
+  mkdir -p "$tmp/conf" "$tmp/temp"
+  cp "$root/deploy/nginx/nginx.conf" "$tmp/conf/nginx.conf"
+  printf 'server 127.0.0.1:%s max_fails=1 fail_timeout=5s;\nserver 127.0.0.1:%s max_fails=1 fail_timeout=5s;\n' \
+    "${ports[0]}" "${ports[1]}" >"$tmp/conf/upstream.conf"
+  lb_port=$(free_port)
+  echo "listen 127.0.0.1:$lb_port http2;" >"$tmp/conf/listen.conf"
+  nginx -p "$tmp" -c "$tmp/conf/nginx.conf" \
+    -g "pid $tmp/nginx.pid; error_log $tmp/error.log; user $(id -un);"
+  wait_serving "127.0.0.1:$lb_port"
+  echo "replicas on ${ports[*]}, nginx on $lb_port"
+}
 
-mkdir -p "$tmp/conf" "$tmp/temp"
-cp "$root/deploy/nginx/nginx.conf" "$tmp/conf/nginx.conf"
-printf 'server 127.0.0.1:%s max_fails=1 fail_timeout=5s;\nserver 127.0.0.1:%s max_fails=1 fail_timeout=5s;\n' \
-  "${ports[0]}" "${ports[1]}" >"$tmp/conf/upstream.conf"
-lb_port=$(free_port)
-echo "listen 127.0.0.1:$lb_port http2;" >"$tmp/conf/listen.conf"
-nginx -p "$tmp" -c "$tmp/conf/nginx.conf" \
-  -g "pid $tmp/nginx.pid; error_log $tmp/error.log; user $(id -un);"
-wait_serving "127.0.0.1:$lb_port"
-echo "replicas on ${ports[*]}, nginx on $lb_port"
+start_replicas_and_nginx replica debug
 
 "$client" bench --target "127.0.0.1:$lb_port" --retry --op mha --model demo-mha-small --seq-q 16 \
   --concurrency 8 --duration "${seconds}s" --warmup 0.5s --no-progress --json "$tmp/bench.json" \
@@ -73,21 +78,7 @@ echo "PASS: both replicas served; no call failed when one was killed"
 # the x-attn-session header's consistent hash.
 kill "$(cat "$tmp/nginx.pid")"
 for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-pids=() ports=()
-for i in 1 2; do
-  port=$(free_port)
-  "$server" --host 127.0.0.1 --port "$port" --log-level info >"$tmp/session$i.log" 2>&1 &
-  pids+=($!)
-  ports+=("$port")
-  wait_serving "127.0.0.1:$port" "${pids[-1]}"
-done
-printf 'server 127.0.0.1:%s max_fails=1 fail_timeout=5s;\nserver 127.0.0.1:%s max_fails=1 fail_timeout=5s;\n' \
-  "${ports[0]}" "${ports[1]}" >"$tmp/conf/upstream.conf"
-lb_port=$(free_port)
-echo "listen 127.0.0.1:$lb_port http2;" >"$tmp/conf/listen.conf"
-nginx -p "$tmp" -c "$tmp/conf/nginx.conf" \
-  -g "pid $tmp/nginx.pid; error_log $tmp/error.log; user $(id -un);"
-wait_serving "127.0.0.1:$lb_port"
+start_replicas_and_nginx session info
 stubs="$build/tests/client/python-stubs"
 PYTHONPATH="$stubs:$root/client/python" timeout 300 /usr/bin/python3 "$root/deploy/lb_session_test.py" \
   "127.0.0.1:$lb_port" "127.0.0.1:${ports[0]}" "127.0.0.1:${ports[1]}" "${pids[1]}"

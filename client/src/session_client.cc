@@ -12,10 +12,22 @@ void Prepare(grpc::ClientContext* ctx, std::chrono::milliseconds timeout, const 
   if (!id.empty()) ctx->AddMetadata(kSessionHeader, id);
 }
 
-template <typename Resp>
-StatusOr<Resp> Result(const grpc::Status& st, Resp&& resp) {
+// One unary call of `stub` with the session header (`id`, when not empty).
+template <typename Req, typename Resp, typename Method>
+StatusOr<Resp> Unary(v1::SessionService::Stub* stub, Method method, const Req& req,
+                     std::chrono::milliseconds timeout, const std::string& id) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, timeout, id);
+  Resp resp;
+  const grpc::Status st = (stub->*method)(&ctx, req, &resp);
   if (!st.ok()) return wire::FromGrpcStatus(st);
-  return std::forward<Resp>(resp);
+  return resp;
+}
+
+v1::SessionRef Ref(const std::string& id) {
+  v1::SessionRef ref;
+  ref.set_session_id(id);
+  return ref;
 }
 
 }  // namespace
@@ -25,74 +37,50 @@ SessionClient::SessionClient(std::shared_ptr<grpc::Channel> channel)
 
 StatusOr<v1::SessionInfo> SessionClient::Create(const v1::CreateSessionRequest& req,
                                                 std::chrono::milliseconds timeout) {
-  grpc::ClientContext ctx;
-  Prepare(&ctx, timeout, req.session_id());
-  v1::SessionInfo info;
-  const grpc::Status st = stub_->CreateSession(&ctx, req, &info);
-  return Result(st, std::move(info));
+  return Unary<v1::CreateSessionRequest, v1::SessionInfo>(
+      stub_.get(), &v1::SessionService::Stub::CreateSession, req, timeout, req.session_id());
 }
 
 StatusOr<v1::SessionInfo> SessionClient::Get(const std::string& id,
                                              std::chrono::milliseconds timeout) {
-  grpc::ClientContext ctx;
-  Prepare(&ctx, timeout, id);
-  v1::SessionRef ref;
-  ref.set_session_id(id);
-  v1::SessionInfo info;
-  const grpc::Status st = stub_->GetSession(&ctx, ref, &info);
-  return Result(st, std::move(info));
+  return Unary<v1::SessionRef, v1::SessionInfo>(stub_.get(), &v1::SessionService::Stub::GetSession,
+                                                Ref(id), timeout, id);
 }
 
 StatusOr<v1::SessionInfo> SessionClient::Fork(const std::string& id, const std::string& new_id,
                                               std::chrono::milliseconds timeout) {
-  grpc::ClientContext ctx;
-  Prepare(&ctx, timeout, id);
   v1::ForkSessionRequest req;
   req.set_session_id(id);
   req.set_new_session_id(new_id);
-  v1::SessionInfo info;
-  const grpc::Status st = stub_->ForkSession(&ctx, req, &info);
-  return Result(st, std::move(info));
+  return Unary<v1::ForkSessionRequest, v1::SessionInfo>(
+      stub_.get(), &v1::SessionService::Stub::ForkSession, req, timeout, id);
 }
 
 StatusOr<v1::SessionInfo> SessionClient::Truncate(const std::string& id, int64_t tokens,
                                                   std::chrono::milliseconds timeout) {
-  grpc::ClientContext ctx;
-  Prepare(&ctx, timeout, id);
   v1::TruncateSessionRequest req;
   req.set_session_id(id);
   req.set_tokens(tokens);
-  v1::SessionInfo info;
-  const grpc::Status st = stub_->TruncateSession(&ctx, req, &info);
-  return Result(st, std::move(info));
+  return Unary<v1::TruncateSessionRequest, v1::SessionInfo>(
+      stub_.get(), &v1::SessionService::Stub::TruncateSession, req, timeout, id);
 }
 
 StatusOr<v1::SessionInfo> SessionClient::Delete(const std::string& id,
                                                 std::chrono::milliseconds timeout) {
-  grpc::ClientContext ctx;
-  Prepare(&ctx, timeout, id);
-  v1::SessionRef ref;
-  ref.set_session_id(id);
-  v1::SessionInfo info;
-  const grpc::Status st = stub_->DeleteSession(&ctx, ref, &info);
-  return Result(st, std::move(info));
+  return Unary<v1::SessionRef, v1::SessionInfo>(
+      stub_.get(), &v1::SessionService::Stub::DeleteSession, Ref(id), timeout, id);
 }
 
 StatusOr<v1::ListSessionsResponse> SessionClient::List(std::chrono::milliseconds timeout) {
-  grpc::ClientContext ctx;
-  Prepare(&ctx, timeout, "");
-  v1::ListSessionsResponse resp;
-  const grpc::Status st = stub_->ListSessions(&ctx, v1::ListSessionsRequest(), &resp);
-  return Result(st, std::move(resp));
+  return Unary<v1::ListSessionsRequest, v1::ListSessionsResponse>(
+      stub_.get(), &v1::SessionService::Stub::ListSessions, v1::ListSessionsRequest(), timeout, "");
 }
 
 StatusOr<v1::ExtendResponse> SessionClient::Extend(const v1::ExtendRequest& req,
                                                    std::chrono::milliseconds timeout) {
-  grpc::ClientContext ctx;
-  Prepare(&ctx, timeout, req.steps_size() == 1 ? req.steps(0).session_id() : "");
-  v1::ExtendResponse resp;
-  const grpc::Status st = stub_->Extend(&ctx, req, &resp);
-  return Result(st, std::move(resp));
+  return Unary<v1::ExtendRequest, v1::ExtendResponse>(
+      stub_.get(), &v1::SessionService::Stub::Extend, req, timeout,
+      req.steps_size() == 1 ? req.steps(0).session_id() : "");
 }
 
 StatusOr<Session> Session::Create(SessionClient* client, const v1::CreateSessionRequest& req) {

@@ -126,7 +126,8 @@ StatusOr<CallSpec> SpecFromFlags(const CommandLine& cl, Session& s) {
   return spec;
 }
 
-// Prints (or writes) the output and, when present, the weights.
+}  // namespace
+
 int Report(const attention::v1::AttentionResponse& resp, const CommandLine& cl) {
   auto precision = cl.Int("--precision", 0, 12, 4);
   if (!precision.ok()) return Fail(precision.status().message());
@@ -150,8 +151,6 @@ int Report(const attention::v1::AttentionResponse& resp, const CommandLine& cl) 
   }
   return 0;
 }
-
-}  // namespace
 
 int Fail(const std::string& message, int code) {
   std::fprintf(stderr, "attention-client: %s\n", message.c_str());

@@ -4,6 +4,7 @@
 
 #include <atomic>
 
+#include "attention/v1/attention.pb.h"
 #include "cli/flags.h"
 
 namespace attn::client {
@@ -19,6 +20,10 @@ int RunBenchCommand(const CommandLine& cl, const std::atomic<bool>* interrupt);
 int RunSession(const CommandLine& cl);
 // bench --op decode: sessions prefilled, then stepped (session_commands.cc).
 int RunDecodeBench(const CommandLine& cl, const std::atomic<bool>* interrupt);
+
+// Prints (or writes, with --output, --weights-output, --lse-output) a call's
+// output and, when present, its weights and lse; an exit code.
+int Report(const attention::v1::AttentionResponse& resp, const CommandLine& cl);
 
 // Prints "attention-client: <message>" to stderr and returns `code`.
 int Fail(const std::string& message, int code = 2);

@@ -107,27 +107,6 @@ StatusOr<v1::ExtendRequest> ExtendRequest(const CommandLine& cl) {
   return req;
 }
 
-int PrintResult(const v1::AttentionResponse& r, const CommandLine& cl) {
-  auto precision = cl.Int("--precision", 0, 12, 4);
-  if (!precision.ok()) return Fail(precision.status().message());
-  for (const auto& [name, t, file] : {std::tuple{"output", &r.output(), "--output"},
-                                      std::tuple{"lse", &r.lse(), "--lse-output"}}) {
-    if (std::string(name) == "lse" && !r.has_lse()) continue;
-    auto arr = FromWire(*t, name);
-    if (!arr.ok()) return Fail("bad response: " + arr.status().message(), 1);
-    if (cl.has(file)) {
-      auto w = WriteNpy(cl.get(file), *arr);
-      if (!w.ok()) return Fail(w.message(), 1);
-      std::printf("%s %s written to %s\n", name, ShapeToString(arr->shape).c_str(),
-                  cl.get(file).c_str());
-    } else {
-      std::printf("%s %s:\n%s\n", name, ShapeToString(arr->shape).c_str(),
-                  FormatArray(*arr, static_cast<int>(*precision)).c_str());
-    }
-  }
-  return 0;
-}
-
 // From bench's flags (--sessions, --prefill, --step-tokens, --num-layers,
 // --num-heads, --num-kv-heads, --dim, --cache-dtype, --dtype, --duration,
 // --requests, --warmup, --verify, --seed, --json); the connection's are the
@@ -220,7 +199,7 @@ int RunSession(const CommandLine& cl) {
     if (!req.ok()) return Fail(req.status().message());
     auto resp = client.Extend(*req, timeout);
     if (!resp.ok()) return failed(resp.status());
-    return PrintResult(resp->results(0), cl);
+    return Report(resp->results(0), cl);
   }
   if (!info.ok()) return failed(info.status());
   PrintInfo(*info);

@@ -29,117 +29,10 @@ void PvPortable(const float* p, int64_t rows, int64_t ldp, const float* v, int64
   }
 }
 
-ATTN_AVX2 inline __m256 Load8(const float* p, int64_t left, __m256i tail) {
-  return left >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, tail);
-}
-
 // Sums of four vectors' lanes: {sum a0, sum a1, sum a2, sum a3}.
 ATTN_AVX2 inline __m128 Sum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
   const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
   return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-}
-
-ATTN_AVX2 void QkAvx2(const float* q, int64_t rows, const float* k, int64_t c, int64_t d, float* s,
-                      int64_t lds) {
-  const __m256i tail = LaneMask256(d % 8);
-  int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) {
-    const float* q0 = q + r * d;
-    for (int64_t j = 0; j < c; ++j) {
-      const float* kj = k + j * d;
-      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-      for (int64_t x = 0; x < d; x += 8) {
-        const __m256 kv = Load8(kj + x, d - x, tail);
-        a0 = _mm256_fmadd_ps(Load8(q0 + x, d - x, tail), kv, a0);
-        a1 = _mm256_fmadd_ps(Load8(q0 + d + x, d - x, tail), kv, a1);
-        a2 = _mm256_fmadd_ps(Load8(q0 + 2 * d + x, d - x, tail), kv, a2);
-        a3 = _mm256_fmadd_ps(Load8(q0 + 3 * d + x, d - x, tail), kv, a3);
-      }
-      alignas(16) float out[4];
-      _mm_store_ps(out, Sum4(a0, a1, a2, a3));
-      for (int i = 0; i < 4; ++i) s[(r + i) * lds + j] = out[i];
-    }
-  }
-  for (; r < rows; ++r) {
-    const float* qr = q + r * d;
-    int64_t j = 0;
-    for (; j + 4 <= c; j += 4) {  // one row against four keys
-      const float* kj = k + j * d;
-      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-      for (int64_t x = 0; x < d; x += 8) {
-        const __m256 qv = Load8(qr + x, d - x, tail);
-        a0 = _mm256_fmadd_ps(Load8(kj + x, d - x, tail), qv, a0);
-        a1 = _mm256_fmadd_ps(Load8(kj + d + x, d - x, tail), qv, a1);
-        a2 = _mm256_fmadd_ps(Load8(kj + 2 * d + x, d - x, tail), qv, a2);
-        a3 = _mm256_fmadd_ps(Load8(kj + 3 * d + x, d - x, tail), qv, a3);
-      }
-      _mm_storeu_ps(s + r * lds + j, Sum4(a0, a1, a2, a3));
-    }
-    for (; j < c; ++j) {
-      __m256 a = _mm256_setzero_ps();
-      for (int64_t x = 0; x < d; x += 8) {
-        a = _mm256_fmadd_ps(Load8(qr + x, d - x, tail), Load8(k + j * d + x, d - x, tail), a);
-      }
-      const __m256 z = _mm256_setzero_ps();
-      s[r * lds + j] = _mm_cvtss_f32(Sum4(a, z, z, z));
-    }
-  }
-}
-
-ATTN_AVX2 void PvAvx2(const float* p, int64_t rows, int64_t ldp, const float* v, int64_t c,
-                      int64_t dv, float* o) {
-  const __m256i tail = LaneMask256(dv % 8);
-  int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) {
-    const float* p0 = p + r * ldp;
-    for (int64_t x = 0; x < dv; x += 8) {
-      const int64_t left = dv - x;
-      float* o0 = o + r * dv + x;
-      __m256 a0 = Load8(o0, left, tail), a1 = Load8(o0 + dv, left, tail);
-      __m256 a2 = Load8(o0 + 2 * dv, left, tail), a3 = Load8(o0 + 3 * dv, left, tail);
-      for (int64_t j = 0; j < c; ++j) {
-        const __m256 vv = Load8(v + j * dv + x, left, tail);
-        a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p0 + j), vv, a0);
-        a1 = _mm256_fmadd_ps(_mm256_broadcast_ss(p0 + ldp + j), vv, a1);
-        a2 = _mm256_fmadd_ps(_mm256_broadcast_ss(p0 + 2 * ldp + j), vv, a2);
-        a3 = _mm256_fmadd_ps(_mm256_broadcast_ss(p0 + 3 * ldp + j), vv, a3);
-      }
-      if (left >= 8) {
-        _mm256_storeu_ps(o0, a0);
-        _mm256_storeu_ps(o0 + dv, a1);
-        _mm256_storeu_ps(o0 + 2 * dv, a2);
-        _mm256_storeu_ps(o0 + 3 * dv, a3);
-      } else {
-        _mm256_maskstore_ps(o0, tail, a0);
-        _mm256_maskstore_ps(o0 + dv, tail, a1);
-        _mm256_maskstore_ps(o0 + 2 * dv, tail, a2);
-        _mm256_maskstore_ps(o0 + 3 * dv, tail, a3);
-      }
-    }
-  }
-  for (; r < rows; ++r) {
-    const float* pr = p + r * ldp;
-    for (int64_t x = 0; x < dv; x += 32) {  // four vectors of the row at once
-      float* orow = o + r * dv + x;
-      const int64_t left = dv - x;
-      const __m256i m0 = LaneMask256(left), m1 = LaneMask256(left - 8);
-      const __m256i m2 = LaneMask256(left - 16), m3 = LaneMask256(left - 24);
-      __m256 a0 = _mm256_maskload_ps(orow, m0), a1 = _mm256_maskload_ps(orow + 8, m1);
-      __m256 a2 = _mm256_maskload_ps(orow + 16, m2), a3 = _mm256_maskload_ps(orow + 24, m3);
-      for (int64_t j = 0; j < c; ++j) {
-        const __m256 w = _mm256_broadcast_ss(pr + j);
-        const float* vj = v + j * dv + x;
-        a0 = _mm256_fmadd_ps(w, _mm256_maskload_ps(vj, m0), a0);
-        a1 = _mm256_fmadd_ps(w, _mm256_maskload_ps(vj + 8, m1), a1);
-        a2 = _mm256_fmadd_ps(w, _mm256_maskload_ps(vj + 16, m2), a2);
-        a3 = _mm256_fmadd_ps(w, _mm256_maskload_ps(vj + 24, m3), a3);
-      }
-      _mm256_maskstore_ps(orow, m0, a0);
-      _mm256_maskstore_ps(orow + 8, m1, a1);
-      _mm256_maskstore_ps(orow + 16, m2, a2);
-      _mm256_maskstore_ps(orow + 24, m3, a3);
-    }
-  }
 }
 
 // ---- In-register widening (D and Dv multiples of 8) ------------------------
@@ -364,9 +257,10 @@ ATTN_DECODE void PvFast(const float* p, int64_t rows, int64_t ldp, const typenam
 
 const DecodeKernels& GetDecodeKernels() {
   static const DecodeKernels k = [] {
+    // D or Dv not a multiple of 8 (rare: models use 64, 128, 256) takes
+    // the portable loops on every tier.
     const bool avx2 = KernelTier() >= IsaTier::kAvx2;
-    return DecodeKernels{avx2 ? QkAvx2 : QkPortable, avx2 ? PvAvx2 : PvPortable,
-                         &GetSoftmaxKernels(), &GetHalfKernels(), avx2};
+    return DecodeKernels{QkPortable, PvPortable, &GetSoftmaxKernels(), &GetHalfKernels(), avx2};
   }();
   return k;
 }

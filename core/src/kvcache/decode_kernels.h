@@ -1,8 +1,10 @@
 // The decode kernel's dot products (decode_attention.cc): scores of a
 // task's query rows against a page's keys, and the weighted sum of its
-// values. Portable and AVX2 + FMA (+ F16C) versions, chosen once from
-// KernelTier(); the AVX-512 tier runs the AVX2 ones, the task being bound
-// by the memory it reads rather than by the vector width. Internal to core.
+// values. AVX2 + FMA + F16C versions that widen the page's elements in
+// registers (D and Dv multiples of 8), chosen once from KernelTier(); the
+// AVX-512 tier runs them too, the task being bound by the memory it reads
+// rather than by the vector width. Portable loops for the portable tier and
+// for other widths. Internal to core.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +23,7 @@ using PvFn = void (*)(const float* p, int64_t rows, int64_t ldp, const float* v,
                       int64_t dv, float* o);
 
 struct DecodeKernels {
-  QkFn qk;  // float32 keys of any D (half pages widened first)
+  QkFn qk;  // portable; float32 keys of any D (half pages widened first)
   PvFn pv;
   const SoftmaxKernels* softmax;
   const HalfKernels* half;
