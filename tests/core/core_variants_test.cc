@@ -182,6 +182,16 @@ TEST(Variants, MoreQueriesThanKeysBottomRightMasksTheFirstRows) {
   ExpectMatches(c);
 }
 
+// ALiBi's scores rise by hundreds along a row, so a row's running max jumps
+// between key blocks by more than exp's range: the rescale of O underflows
+// to 0 and must clear O (it once kept the earlier blocks' sums instead).
+TEST(Variants, AlibiMaxJumpsAcrossKeyBlocks) {
+  Case c;
+  c.b = 1, c.hq = 2, c.hkv = 1, c.lq = 1024, c.lk = 2048, c.d = 16, c.dv = 16;
+  c.causal = true, c.bottom_right = true, c.alibi = true, c.wl = 512;
+  ExpectMatches(c);
+}
+
 TEST(Variants, WindowsOfZero) {
   Case c;
   c.lq = 40, c.lk = 40;

@@ -331,9 +331,15 @@ class BlockedAttention {
         m[i] = m_new;
       }
 
-      // O = alpha * O + P V for those rows (O starts at zero).
+      // O = alpha * O + P V for those rows (O starts at zero). alpha is 0
+      // for a row's first keys, and also when exp(m_old - m_new) underflows
+      // (ALiBi's scores rise by hundreds along a row): O is cleared then.
       for (int64_t i = r0; i < r1; ++i) {
-        if (alpha[i] != 1.0f && alpha[i] != 0.0f) kern_.scale(o + i * dv, dv, alpha[i]);
+        if (alpha[i] == 0.0f) {
+          std::fill(o + i * dv, o + (i + 1) * dv, 0.0f);
+        } else if (alpha[i] != 1.0f) {
+          kern_.scale(o + i * dv, dv, alpha[i]);
+        }
       }
       Matmul({rows, dv, kn, kn, dv, dv, false, false, /*accumulate=*/true, 1}, s, v, o + r0 * dv);
       k0 += kn;
