@@ -11,6 +11,7 @@
 
 #include "attn/attention.h"
 #include "attn/cpu_info.h"
+#include "attn/half.h"
 #include "attn/threading.h"
 #include "input_checks.h"
 #include "kernels/blocked_attention.h"
@@ -60,29 +61,54 @@ struct LinearWeight {
   int64_t ldw;
   const float* weight_t;  // may be null
   int64_t ldwt;
+  const uint16_t* weight_bf16;  // dense [out, in] in bf16, or null
 };
 
 LinearWeight WeightOf(const LinearView& lin) {
   return {lin.weight.f32(), lin.weight.strides[0], lin.weight_t ? lin.weight_t->f32() : nullptr,
-          lin.weight_t ? lin.weight_t->strides[0] : 0};
+          lin.weight_t ? lin.weight_t->strides[0] : 0, lin.weight_bf16};
+}
+
+using Bf16Buffer = std::vector<uint16_t, AlignedAllocator<uint16_t>>;
+
+// rows x cols of `src` (row stride ld) rounded to dense bf16 rows in `buf`.
+const uint16_t* RowsToBf16(const float* src, int64_t rows, int64_t cols, int64_t ld,
+                           Bf16Buffer& buf) {
+  buf.resize(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    FloatToHalf(HalfType::kBFloat16, src + r * ld, buf.data() + r * cols, cols);
+  }
+  return buf.data();
 }
 
 // y[m, out] (row stride ldy) = x[m, in] (row stride ldx) W^T + b. A tiny
 // product with a packed W^T runs on core's kernel (small_matmul.h), any
 // other on oneDNN.
+// With bf16, x and W are rounded to bf16 (W packed by its owner, or here)
+// and the product accumulates in float32.
 void RunLinear(const float* x, int64_t m, int64_t in, int64_t ldx, const LinearWeight& w,
-               int64_t out, const float* bias, float* y, int64_t ldy, int max_threads) {
+               int64_t out, const float* bias, float* y, int64_t ldy, int max_threads,
+               bool bf16 = false) {
   if (m == 0) return;
   const double flops =
       2.0 * static_cast<double>(m) * static_cast<double>(in) * static_cast<double>(out);
   const int threads = flops < internal::kSerialFlops ? 1 : max_threads;
   static const internal::SmallMatmulFn small = internal::SmallMatmulFor(KernelTier());
-  if (w.weight_t != nullptr && small != nullptr && threads == 1 &&
+  if (!bf16 && w.weight_t != nullptr && small != nullptr && threads == 1 &&
       flops <= 2.0 * static_cast<double>(internal::kSmallLinearMaxMacs)) {
     small(m, out, in, x, ldx, w.weight_t, w.ldwt, bias, y, ldy);
     return;
   }
   internal::ScopedOmpThreads scope(threads);
+  if (bf16) {
+    Bf16Buffer x16, w16;
+    const uint16_t* wb =
+        w.weight_bf16 != nullptr ? w.weight_bf16 : RowsToBf16(w.weight, out, in, w.ldw, w16);
+    internal::MatmulBf16(
+        {m, out, in, in, in, ldy, /*b_transposed=*/true, bias != nullptr, false, threads},
+        RowsToBf16(x, m, in, ldx, x16), wb, y, bias);
+    return;
+  }
   internal::Matmul(
       {m, out, in, ldx, w.ldw, ldy, /*b_transposed=*/true, bias != nullptr, false, threads}, x,
       w.weight, y, bias);
@@ -208,6 +234,8 @@ StatusOr<MhaPlan> PlanMha(const ProjectionWeights& w, const TensorView& query,
   p.kv_group = h / hkv;
   p.scale = *scale;
   p.threads = opt.num_threads > 0 ? opt.num_threads : ComputeThreads();
+  p.bf16 = opt.compute_precision == ComputePrecision::kBFloat16 && !opt.need_weights &&
+           Bf16ComputeAvailable();
   ATTN_RETURN_IF_ERROR(internal::ResolveMasks(opt.masks, unbatched, &p));
   ATTN_RETURN_IF_ERROR(internal::ResolveScoreOptions(opt.score, &p));
   // Every buffer is at most a product of these checked shapes.
@@ -274,8 +302,13 @@ StatusOr<AttentionResult> Mha(const ProjectionWeights& w, const TensorView& quer
                          w.k.weight_t->f32() == fused.weight_t + e &&
                          w.v.weight_t->f32() == fused.weight_t + 2 * e;
     if (!fused_t) fused.weight_t = nullptr;  // W^T of q alone: not all three
-    RunLinear(xq, batch * lq, query.dim(-1), ldq_in, fused, 3 * e,
-              w.q.bias ? w.q.bias->f32() : nullptr, projected_qkv.data.data(), 3 * e, p.threads);
+    const int64_t in = query.dim(-1);
+    const bool fused_bf16 = w.q.weight_bf16 != nullptr &&
+                            w.k.weight_bf16 == w.q.weight_bf16 + e * in &&
+                            w.v.weight_bf16 == w.q.weight_bf16 + 2 * e * in;
+    if (!fused_bf16) fused.weight_bf16 = nullptr;
+    RunLinear(xq, batch * lq, in, ldq_in, fused, 3 * e, w.q.bias ? w.q.bias->f32() : nullptr,
+              projected_qkv.data.data(), 3 * e, p.threads, p.bf16);
     const float* base = projected_qkv.data.data();
     p.q = {base, {lq * 3 * e, dh, 3 * e, 1}};
     p.k = {base + e, {lk * 3 * e, dh, 3 * e, 1}};
@@ -290,7 +323,7 @@ StatusOr<AttentionResult> Mha(const ProjectionWeights& w, const TensorView& quer
                         Tensor* y) {
       RunLinear(x, m, in, ldx, WeightOf(lin), lin.weight.shape[0],
                 lin.bias ? lin.bias->f32() : nullptr, y->data.data(), lin.weight.shape[0],
-                p.threads);
+                p.threads, p.bf16);
     };
     project(xq, batch * lq, query.dim(-1), ldq_in, w.q, &projected_q);
     project(xk, batch * lk, key.dim(-1), ldk_in, w.k, &projected_k);
@@ -326,7 +359,7 @@ StatusOr<AttentionResult> Mha(const ProjectionWeights& w, const TensorView& quer
   if (w.out.has_value()) {
     float* out = internal::OutputStorage(opt.output_allocator, out_shape, &result.output);
     RunLinear(attended.data.data(), batch * lq, ev, ev, WeightOf(*w.out), eo,
-              w.out->bias ? w.out->bias->f32() : nullptr, out, eo, p.threads);
+              w.out->bias ? w.out->bias->f32() : nullptr, out, eo, p.threads, p.bf16);
   }
 
   if (opt.need_weights) {
@@ -348,6 +381,7 @@ StatusOr<AttentionResult> Mha(const ProjectionWeights& w, const TensorView& quer
       result.weights = std::move(per_head);
     }
   }
+  if (p.bf16) result.compute_precision = ComputePrecision::kBFloat16;
   return result;
 }
 

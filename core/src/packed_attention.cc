@@ -123,6 +123,7 @@ StatusOr<PackedPlan> PlanPacked(const TensorView& q, const TensorView& k, const 
   base.d = q.shape[2], base.dv = v.shape[2];
   base.scale = *scale;
   base.threads = opt.num_threads;
+  base.bf16 = opt.compute_precision == ComputePrecision::kBFloat16 && Bf16ComputeAvailable();
   ATTN_RETURN_IF_ERROR(ResolveMasks(opt.masks, false, &base));
   ATTN_RETURN_IF_ERROR(ResolveScoreOptions(opt.score, &base));
   auto out_n = CheckedNumElements({q.shape[0], hq, base.dv}, "output");
@@ -185,6 +186,9 @@ StatusOr<AttentionResult> PackedAttention(const TensorView& q, const TensorView&
     if (lse != nullptr) p.lse = lse + q0, p.lse_head_stride = tq;
   }
   ATTN_RETURN_IF_ERROR(RunBlockedAttentionBatch(plan->seqs, opt.cancelled));
+  if (opt.compute_precision == ComputePrecision::kBFloat16 && Bf16ComputeAvailable()) {
+    result.compute_precision = ComputePrecision::kBFloat16;
+  }
   return result;
 }
 

@@ -36,6 +36,8 @@ StatusOr<SdpaPlan> PlanSdpa(const TensorView& q, const TensorView& k, const Tens
   p.lq = q.dim(-2), p.lk = k.dim(-2), p.d = d, p.dv = v.dim(-1);
   p.scale = *scale;
   p.threads = opt.num_threads;
+  p.bf16 = opt.compute_precision == ComputePrecision::kBFloat16 && !opt.need_weights &&
+           Bf16ComputeAvailable();
   auto set_strides = [rank](const TensorView& t, internal::Strided4D* s) {
     s->data = t.f32();
     s->stride[0] = rank >= 3 ? t.strides[0] : 0;
@@ -92,6 +94,7 @@ StatusOr<AttentionResult> Sdpa(const TensorView& q, const TensorView& k, const T
     p.lse = result.lse->data.data();
   }
   ATTN_RETURN_IF_ERROR(internal::RunBlockedAttention(p, opt.cancelled));
+  if (p.bf16) result.compute_precision = ComputePrecision::kBFloat16;
   return result;
 }
 

@@ -11,6 +11,7 @@
 #include <optional>
 #include <vector>
 
+#include "attn/cpu_info.h"
 #include "attn/status.h"
 #include "attn/tensor.h"
 
@@ -47,6 +48,16 @@ struct AttentionCost {
   double scratch_bytes = 0;  // intermediates (projections, per-head weights)
 };
 
+// What the matmuls compute in. kBFloat16 is a permission, not an order: where
+// Bf16ComputeAvailable() (attn/cpu_info.h) is false the call computes
+// float32. In bfloat16, the operands of Q K^T, P V and the projections are
+// rounded to bf16 (nearest even) and the products accumulate in float32; the
+// scores, the softmax (max, exp, sum, rescale) and the output stay float32,
+// and P is rounded only as the second matmul's operand. Within 3e-2 of
+// float64 for unit-scale inputs (docs/precision.md). Calls that return the
+// weights stay float32 (their exact path has no bf16 variant).
+enum class ComputePrecision { kFloat32, kBFloat16 };
+
 struct AttentionResult {
   // [.., Lq, Dv]. With an OutputAllocator that gave storage, only the shape:
   // the values are in the caller's buffer.
@@ -56,6 +67,9 @@ struct AttentionResult {
   // key masked and no sink; present when return_lse was set. Two results
   // over disjoint key ranges merge exactly through it.
   std::optional<Tensor> lse;
+  // What the call computed in: bfloat16 only when it was permitted and
+  // Bf16ComputeAvailable() held (see ComputePrecision).
+  ComputePrecision compute_precision = ComputePrecision::kFloat32;
 };
 
 // The score terms beyond the masks (the attention of current LLMs). With
@@ -88,6 +102,7 @@ struct ScaledDotProductAttentionOptions {
   // runs several calls at once gives each a share of the CPUs.
   int num_threads = 0;
   OutputAllocator output_allocator;  // empty: core allocates the output
+  ComputePrecision compute_precision = ComputePrecision::kFloat32;
   // A packed batch of variable-length sequences (FlashAttention's varlen
   // API): B + 1 offsets rising from 0 to total_q (total_k), both or neither.
   // Then query is [total_q, H, D], key [total_k, Hkv, D], value [total_k,
@@ -120,6 +135,10 @@ struct LinearView {
   // tier). Tiny products then run on core's own kernel without oneDNN's
   // fixed cost per call. Must hold exactly W's values.
   std::optional<TensorView> weight_t = std::nullopt;
+  // Optional: W rounded to bfloat16 (nearest even), dense [out, in], for
+  // calls that compute in bf16 (models pack it once at load where
+  // Bf16ComputeAvailable()). Without it such a call rounds W itself.
+  const uint16_t* weight_bf16 = nullptr;
 };
 
 // Input projections, and an optional output projection.
@@ -149,6 +168,8 @@ struct MultiHeadAttentionOptions {
   const std::atomic<bool>* cancelled = nullptr;
   int num_threads = 0;               // 0 means ComputeThreads()
   OutputAllocator output_allocator;  // empty: core allocates the output
+  // The projections and the attention (see ComputePrecision).
+  ComputePrecision compute_precision = ComputePrecision::kFloat32;
 };
 
 // nn.MultiheadAttention(batch_first=True) inference semantics, and the seed's

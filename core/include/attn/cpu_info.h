@@ -47,9 +47,18 @@ const char* Bf16TierName(Bf16Tier tier);
 const char* EngineTierName();
 
 // What a call permitted to compute in bfloat16 (AttentionOptions'
-// PRECISION_BFLOAT16) gets here: true only with a bf16 matrix tier and
-// core's bf16 kernels. Core has no bf16 kernels yet, so this is false on
-// every CPU and every call computes float32 (which the permission allows).
+// PRECISION_BFLOAT16, core's ComputePrecision::kBFloat16) gets here: true
+// with a bf16 matrix tier (oneDNN's bf16 matmuls, brgemm on AMX or
+// AVX512-BF16), or with bf16 emulation; false otherwise, and such calls
+// compute float32 (which the permission allows).
 bool Bf16ComputeAvailable();
+
+// ATTN_BF16_EMULATION=1, for tests on CPUs without a bf16 matrix tier (read
+// once): calls permitted bf16 run core's bf16 kernel all the same, each bf16
+// matmul computed as a float32 matmul of its bf16 operands widened. The
+// products of bf16 values are exact in float32, so the results are the bf16
+// kernel's up to the order of the float32 sums; it is slower than float32.
+// Ignored where the CPU has a bf16 matrix tier (the real kernels run).
+bool Bf16Emulated();
 
 }  // namespace attn

@@ -70,6 +70,7 @@ class AttentionModel {
   std::map<std::string, Tensor> tensors_;  // node-based: views stay valid on move
   ProjectionWeights projections_;
   std::vector<Tensor> packed_;  // weights kept as W^T as well (weight_t)
+  std::vector<std::vector<uint16_t>> packed_bf16_;  // and in bf16 (weight_bf16)
 };
 
 // The built-in demo models, served when no model directory is given, one or

@@ -23,6 +23,7 @@
 #include "kernels/primitive_cache.h"
 #include "kernels/small_matmul.h"
 #include "kernels/softmax_kernels.h"
+#include "kernels/block_workspace.h"
 
 namespace attn::internal {
 namespace {
@@ -39,26 +40,9 @@ constexpr int64_t kMinBlockQ = 32;
 // enough that a causal diagonal wastes little, large enough for the matmul.
 constexpr int64_t kEdgeK = 64;
 
-// Per-thread buffers, grown on demand and reused across calls. Their size
-// depends on block sizes and head dims, never on sequence lengths.
-struct Workspace {
-  FloatBuffer s, o, qp, kp, vp, m, l, alpha;
-  std::vector<int64_t> range;  // each row's key range [lo, hi)
-
-  static float* Ensure(FloatBuffer& buf, int64_t n) {
-    if (static_cast<int64_t>(buf.size()) < n) buf.resize(static_cast<size_t>(n));
-    return buf.data();
-  }
-};
-
 SmallMatmulFn SmallMatmul() {
   static const SmallMatmulFn kernel = SmallMatmulFor(KernelTier());
   return kernel;
-}
-
-Workspace& ThreadWorkspace() {
-  thread_local Workspace ws;
-  return ws;
 }
 
 class BlockedAttention {
@@ -249,6 +233,9 @@ class BlockedAttention {
     // still rises with the row.
     const int64_t g = group_, qn = blk.qn * g, q0 = blk.q0, d = p_.d, dv = p_.dv;
     const float* q = StackedQueries(blk, ws);
+    // The bf16 path rounds the task's queries once.
+    const void* qs = p_.bf16 ? static_cast<const void*>(ToBf16(q, qn * d, ws.q16)) : q;
+    const int64_t q_bytes = p_.bf16 ? 2 : 4;
     int64_t lo_first = 0, hi_first = 0, lo_last = 0, hi_last = 0;
     p_.KeyRange(q0, &lo_first, &hi_first);
     p_.KeyRange(q0 + blk.qn - 1, &lo_last, &hi_last);
@@ -296,9 +283,8 @@ class BlockedAttention {
       const float* v =
           DenseRows(KvRow(p_.v, blk.b, blk.h, k0), kn, dv, p_.v.stride[2], p_.v.stride[3], ws.vp);
 
-      // S = Q K^T for the rows that see the block; K^T is a transposed
-      // format tag on the dense K block.
-      Matmul({rows, kn, d, d, d, kn, /*b_transposed=*/true, false, false, 1}, q + r0 * d, k, s);
+      // S = Q K^T for the rows that see the block.
+      Scores(rows, kn, static_cast<const char*>(qs) + r0 * d * q_bytes, k, s, ws);
 
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t i = r0 + r, head = blk.h + i % g, pos = q0 + i / g;
@@ -341,7 +327,7 @@ class BlockedAttention {
           kern_.scale(o + i * dv, dv, alpha[i]);
         }
       }
-      Matmul({rows, dv, kn, kn, dv, dv, false, false, /*accumulate=*/true, 1}, s, v, o + r0 * dv);
+      AccumulatePv(rows, kn, s, v, o + r0 * dv, ws);
       k0 += kn;
     }
 
@@ -359,6 +345,30 @@ class BlockedAttention {
       for (int64_t c = 0; c < dv; ++c) dst[c] = o[i * dv + c] * f.factor;
     }
     return Status::Ok();
+  }
+
+  // S = Q K^T for a dense K block (a transposed tag); q is float32, or bf16 with bf16.
+  void Scores(int64_t rows, int64_t kn, const void* q, const float* k, float* s,
+              Workspace& ws) const {
+    const int64_t d = p_.d;
+    const MatmulShape qk{rows, kn, d, d, d, kn, /*b_transposed=*/true, false, false, 1};
+    if (p_.bf16) {
+      MatmulBf16(qk, static_cast<const uint16_t*>(q), ToBf16(k, kn * d, ws.k16), s);
+    } else {
+      Matmul(qk, static_cast<const float*>(q), k, s);
+    }
+  }
+
+  // O += P V for a dense V block; bf16 rounds P here, only as this operand.
+  void AccumulatePv(int64_t rows, int64_t kn, const float* p, const float* v, float* o,
+                    Workspace& ws) const {
+    const int64_t dv = p_.dv;
+    const MatmulShape pv{rows, dv, kn, kn, dv, dv, false, false, /*accumulate=*/true, 1};
+    if (p_.bf16) {
+      MatmulBf16(pv, ToBf16(p, rows * kn, ws.p16), ToBf16(v, kn * dv, ws.v16), o);
+    } else {
+      Matmul(pv, p, v, o);
+    }
   }
 
   bool GeneralScores() const { return HasScoreTerms(p_); }
@@ -453,7 +463,7 @@ Status RunBlockedAttention(const AttentionProblem& p, const std::atomic<bool>* c
   const double flops = ProblemFlops(p);
   if (flops < kSerialFlops) threads = 1;
   if (flops < kSerialFlops && p.batch * p.heads > 1 && p.lq <= kBlockQ && p.lk <= kBlockK &&
-      p.Plain()) {
+      p.Plain() && !p.bf16) {
     return GuardExceptions("attention", [&] {
       return BlockedAttention(p, p.lq).RunAllHeads(ThreadWorkspace(), cancelled);
     });

@@ -60,6 +60,11 @@ struct AttentionProblem {
   // (dense [B, H, Lq]). A packed batch's sequence sets it to total_q.
   float* lse = nullptr;
   int64_t lse_head_stride = 0;
+  // bfloat16 compute (the caller checked Bf16ComputeAvailable()): the online
+  // path's two matmuls take bf16 operands (Q, K, V and P rounded to nearest
+  // even) with float32 accumulation; scores, the softmax and O stay float32.
+  // Never set with `weights` (the exact path has no bf16 variant).
+  bool bf16 = false;
 
   // The keys query row i may see: [*lo, *hi), empty when *hi <= *lo.
   void KeyRange(int64_t i, int64_t* lo, int64_t* hi) const;

@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "attn/cpu_info.h"
+#include "attn/half.h"
 #include "support/isa_cap.h"
 
 namespace attn::internal {
@@ -29,7 +31,8 @@ struct ShapeHash {
                       s.a_batch_stride, s.b_batch_stride, s.c_batch_stride}) {
       HashMix(&h, v);
     }
-    HashMix(&h, (s.b_transposed ? 1 : 0) | (s.has_bias ? 2 : 0) | (s.accumulate ? 4 : 0));
+    HashMix(&h, (s.b_transposed ? 1 : 0) | (s.has_bias ? 2 : 0) | (s.accumulate ? 4 : 0) |
+                    (s.bf16 ? 8 : 0));
     return h;
   }
   size_t operator()(const SoftmaxShape& s) const {
@@ -45,16 +48,17 @@ std::shared_ptr<const MatmulPrimitive> CreateMatmul(const MatmulShape& s) {
   auto p = std::make_shared<MatmulPrimitive>();
   // [batch,] rows, cols with the given strides; the batch dim only when batched.
   auto desc = [&s](int64_t rows, int64_t cols, int64_t batch_stride, int64_t row_stride,
-                   int64_t col_stride) {
+                   int64_t col_stride, dt type) {
     if (s.batch == 1)
-      return dnnl::memory::desc(dims{rows, cols}, dt::f32, dims{row_stride, col_stride});
-    return dnnl::memory::desc(dims{s.batch, rows, cols}, dt::f32,
+      return dnnl::memory::desc(dims{rows, cols}, type, dims{row_stride, col_stride});
+    return dnnl::memory::desc(dims{s.batch, rows, cols}, type,
                               dims{batch_stride, row_stride, col_stride});
   };
-  p->a = desc(s.m, s.k, s.a_batch_stride, s.lda, 1);
-  p->b = s.b_transposed ? desc(s.k, s.n, s.b_batch_stride, 1, s.ldb)
-                        : desc(s.k, s.n, s.b_batch_stride, s.ldb, 1);
-  p->c = desc(s.m, s.n, s.c_batch_stride, s.ldc, 1);
+  const dt in = s.bf16 ? dt::bf16 : dt::f32;
+  p->a = desc(s.m, s.k, s.a_batch_stride, s.lda, 1, in);
+  p->b = s.b_transposed ? desc(s.k, s.n, s.b_batch_stride, 1, s.ldb, in)
+                        : desc(s.k, s.n, s.b_batch_stride, s.ldb, 1, in);
+  p->c = desc(s.m, s.n, s.c_batch_stride, s.ldc, 1, dt::f32);
   if (s.has_bias) {
     p->bias = s.batch == 1 ? dnnl::memory::desc(dims{1, s.n}, dt::f32, dims{s.n, 1})
                            : dnnl::memory::desc(dims{1, 1, s.n}, dt::f32, dims{s.n, s.n, 1});
@@ -143,7 +147,8 @@ bool MatmulShape::operator==(const MatmulShape& o) const {
   return m == o.m && n == o.n && k == o.k && lda == o.lda && ldb == o.ldb && ldc == o.ldc &&
          b_transposed == o.b_transposed && has_bias == o.has_bias && accumulate == o.accumulate &&
          threads == o.threads && batch == o.batch && a_batch_stride == o.a_batch_stride &&
-         b_batch_stride == o.b_batch_stride && c_batch_stride == o.c_batch_stride;
+         b_batch_stride == o.b_batch_stride && c_batch_stride == o.c_batch_stride &&
+         bf16 == o.bf16;
 }
 
 dnnl::engine& CpuEngine() {
@@ -238,7 +243,10 @@ void Execute(const dnnl::primitive& p, dnnl_stream_t stream, int nargs,
 
 }  // namespace
 
-void Matmul(const MatmulShape& shape, const float* a, const float* b, float* c, const float* bias) {
+namespace {
+
+void RunMatmul(const MatmulShape& shape, const void* a, const void* b, float* c,
+               const float* bias) {
   ThreadExecution& exec = ThreadExecution::Get();
   BoundMatmul& m = ThreadExecution::Find(exec.matmuls, shape, [&shape] {
     BoundMatmul bound{shape, GetMatmul(shape), {}, {}, {}, {}, {}};
@@ -270,6 +278,43 @@ void Matmul(const MatmulShape& shape, const float* a, const float* b, float* c, 
   std::optional<ScopedOmpThreads> team;
   if (m.prim->team_set_at_execute) team.emplace(shape.threads);
   Execute(m.prim->primitive, exec.Stream(), nargs, args);
+}
+
+// The elements an operand's shape spans from its first element: rows of
+// `cols` at `row_stride` (column stride 1), or columns of `rows` at
+// `col_stride` when transposed, `batch` times at `batch_stride`.
+int64_t Span(int64_t batch, int64_t batch_stride, int64_t outer, int64_t outer_stride,
+             int64_t inner) {
+  if (batch == 0 || outer == 0 || inner == 0) return 0;
+  return (batch - 1) * batch_stride + (outer - 1) * outer_stride + inner;
+}
+
+}  // namespace
+
+void Matmul(const MatmulShape& shape, const float* a, const float* b, float* c, const float* bias) {
+  RunMatmul(shape, a, b, c, bias);
+}
+
+void MatmulBf16(MatmulShape shape, const uint16_t* a, const uint16_t* b, float* c,
+                const float* bias) {
+  if (!Bf16Emulated()) {
+    shape.bf16 = true;
+    RunMatmul(shape, a, b, c, bias);
+    return;
+  }
+  // Emulation: widen the spans A and B cover (layout kept, so the float32
+  // primitive takes the same strides), then the float32 matmul.
+  thread_local FloatBuffer wa, wb;
+  const int64_t na = Span(shape.batch, shape.a_batch_stride, shape.m, shape.lda, shape.k);
+  const int64_t nb = shape.b_transposed
+                         ? Span(shape.batch, shape.b_batch_stride, shape.n, shape.ldb, shape.k)
+                         : Span(shape.batch, shape.b_batch_stride, shape.k, shape.ldb, shape.n);
+  if (static_cast<int64_t>(wa.size()) < na) wa.resize(static_cast<size_t>(na));
+  if (static_cast<int64_t>(wb.size()) < nb) wb.resize(static_cast<size_t>(nb));
+  HalfToFloat(HalfType::kBFloat16, a, wa.data(), na);
+  HalfToFloat(HalfType::kBFloat16, b, wb.data(), nb);
+  shape.bf16 = false;
+  RunMatmul(shape, wa.data(), wb.data(), c, bias);
 }
 
 void Softmax(const SoftmaxShape& shape, float* data) {

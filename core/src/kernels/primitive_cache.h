@@ -38,6 +38,9 @@ struct MatmulShape {
   // a + i * a_batch_stride (likewise B and C). 1 for a plain matmul.
   int64_t batch = 1;
   int64_t a_batch_stride = 0, b_batch_stride = 0, c_batch_stride = 0;
+  // A and B are bfloat16 (C and the bias stay float32, and so does the
+  // accumulation): set by MatmulBf16.
+  bool bf16 = false;
 
   bool operator==(const MatmulShape& o) const;
 };
@@ -63,6 +66,14 @@ std::shared_ptr<const MatmulPrimitive> GetMatmul(const MatmulShape& shape);
 // which needs no argument map). oneDNN's own per-execute cost remains.
 void Matmul(const MatmulShape& shape, const float* a, const float* b, float* c,
             const float* bias = nullptr);
+
+// C = A B (+ C) with bfloat16 A and B (raw bf16 bits) and float32 C: the
+// matmuls of the bf16 compute path. On a bf16 matrix tier, oneDNN's bf16
+// primitive; under bf16 emulation (attn/cpu_info.h: Bf16Emulated), the
+// operands widened into per-thread buffers and the float32 primitive.
+// `bias` (float32) as for Matmul, with shape.has_bias.
+void MatmulBf16(MatmulShape shape, const uint16_t* a, const uint16_t* b, float* c,
+                const float* bias = nullptr);
 
 // Softmax over the last axis of a dense row-major [m, n] matrix, in place.
 // oneDNN 2.6 uses a jit kernel only for dense rows (strided rows get ref).

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "attn/cpu_info.h"
+#include "attn/half.h"
 #include "attn/safetensors.h"
 #include "kernels/blocked_attention.h"
 #include "kernels/small_matmul.h"
@@ -90,15 +91,6 @@ class Builder {
   std::set<std::string> used_;
 };
 
-// Declares `lhs` from a StatusOr, or returns its error. (lhs is a name, so it
-// cannot be parenthesised.)
-// NOLINTBEGIN(bugprone-macro-parentheses)
-#define ATTN_ASSIGN_OR_RETURN(lhs, expr)        \
-  auto lhs##_or = (expr);                       \
-  if (!lhs##_or.ok()) return lhs##_or.status(); \
-  auto lhs = std::move(*lhs##_or)
-// NOLINTEND(bugprone-macro-parentheses)
-
 // nn.MultiheadAttention: in_proj_weight [3E, E] or q/k/v_proj_weight,
 // in_proj_bias [3E], out_proj.weight/bias.
 StatusOr<ProjectionWeights> TorchMultiheadAttention(Builder& b, bool grouped) {
@@ -116,9 +108,9 @@ StatusOr<ProjectionWeights> TorchMultiheadAttention(Builder& b, bool grouped) {
     w.k.weight = Rows(*in_proj, e, e);
     w.v.weight = Rows(*in_proj, 2 * e, e);
   } else {
-    ATTN_ASSIGN_OR_RETURN(q, b.Require("q_proj_weight"));
-    ATTN_ASSIGN_OR_RETURN(k, b.Require("k_proj_weight"));
-    ATTN_ASSIGN_OR_RETURN(v, b.Require("v_proj_weight"));
+    ATTN_ASSIGN_OR_RETURN(auto q, b.Require("q_proj_weight"));
+    ATTN_ASSIGN_OR_RETURN(auto k, b.Require("k_proj_weight"));
+    ATTN_ASSIGN_OR_RETURN(auto v, b.Require("v_proj_weight"));
     ATTN_RETURN_IF_ERROR(b.CheckRank("q_proj_weight", *q, 2));
     ATTN_RETURN_IF_ERROR(b.CheckRank("k_proj_weight", *k, 2));
     ATTN_RETURN_IF_ERROR(b.CheckRank("v_proj_weight", *v, 2));
@@ -147,7 +139,7 @@ StatusOr<ProjectionWeights> TorchMultiheadAttention(Builder& b, bool grouped) {
     w.q.bias = Rows(*bias, 0, e), w.k.bias = Rows(*bias, e, ek);
     w.v.bias = Rows(*bias, e + ek, ev);
   }
-  ATTN_ASSIGN_OR_RETURN(out, b.Linear("out_proj."));
+  ATTN_ASSIGN_OR_RETURN(auto out, b.Linear("out_proj."));
   w.out = out;
   return w;
 }
@@ -158,9 +150,9 @@ StatusOr<ProjectionWeights> SeedModule(Builder& b, const std::string& q, const s
                                        const std::string& v, const std::string& out,
                                        bool out_required) {
   ProjectionWeights w;
-  ATTN_ASSIGN_OR_RETURN(ql, b.Linear(q));
-  ATTN_ASSIGN_OR_RETURN(kl, b.Linear(k));
-  ATTN_ASSIGN_OR_RETURN(vl, b.Linear(v));
+  ATTN_ASSIGN_OR_RETURN(auto ql, b.Linear(q));
+  ATTN_ASSIGN_OR_RETURN(auto kl, b.Linear(k));
+  ATTN_ASSIGN_OR_RETURN(auto vl, b.Linear(v));
   w.q = ql, w.k = kl, w.v = vl;
   auto ol = b.Linear(out, out_required);
   if (ol.ok()) {
@@ -211,6 +203,33 @@ void PackSmallWeights(ProjectionWeights* p, std::vector<Tensor>* storage) {
     pack_one(&p->q), pack_one(&p->k), pack_one(&p->v);
   }
   if (p->out.has_value()) pack_one(&*p->out);
+}
+
+// Where calls may compute in bf16, keeps each projection weight rounded to
+// bf16 (LinearView::weight_bf16) in `storage`, once, instead of rounding it
+// in every call. The fused in_proj_weight stays one [3E, in] block, so that
+// one matmul still projects q, k and v.
+void PackBf16Weights(ProjectionWeights* p, std::vector<std::vector<uint16_t>>* storage) {
+  if (!Bf16ComputeAvailable()) return;
+  auto pack = [storage](const TensorView& first, int64_t rows) {
+    const int64_t in = first.shape[1], ld = first.strides[0];
+    std::vector<uint16_t> w(static_cast<size_t>(rows * in));
+    for (int64_t r = 0; r < rows; ++r) {
+      FloatToHalf(HalfType::kBFloat16, first.f32() + r * ld, w.data() + r * in, in);
+    }
+    storage->push_back(std::move(w));  // moving a vector keeps its buffer
+    return storage->back().data();
+  };
+  const int64_t e = p->q.weight.shape[0], in = p->q.weight.shape[1];
+  if (internal::QkvWeightRowsFollow(*p)) {
+    const uint16_t* w = pack(p->q.weight, 3 * e);
+    p->q.weight_bf16 = w, p->k.weight_bf16 = w + e * in, p->v.weight_bf16 = w + 2 * e * in;
+  } else {
+    for (LinearView* lin : {&p->q, &p->k, &p->v}) {
+      lin->weight_bf16 = pack(lin->weight, lin->weight.shape[0]);
+    }
+  }
+  if (p->out.has_value()) p->out->weight_bf16 = pack(p->out->weight, p->out->weight.shape[0]);
 }
 
 }  // namespace
@@ -283,6 +302,7 @@ StatusOr<AttentionModel> AttentionModel::FromTensors(std::string name, ModelKind
   }
   model.projections_ = p;
   PackSmallWeights(&model.projections_, &model.packed_);
+  PackBf16Weights(&model.projections_, &model.packed_bf16_);
   model.info_.name = std::move(name);
   model.info_.kind = kind;
   model.info_.num_heads = num_heads;

@@ -88,7 +88,15 @@ const char* EngineTierName() {
   return IsaTierName(KernelTier());
 }
 
-bool Bf16ComputeAvailable() { return false; }  // no bf16 kernels in core yet
+bool Bf16Emulated() {
+  static const bool emulated = [] {
+    const char* e = std::getenv("ATTN_BF16_EMULATION");
+    return e != nullptr && std::string_view(e) == "1" && Bf16MatrixTier() == Bf16Tier::kNone;
+  }();
+  return emulated;
+}
+
+bool Bf16ComputeAvailable() { return Bf16MatrixTier() != Bf16Tier::kNone || Bf16Emulated(); }
 
 const char* OneDnnIsaName() {
   internal::ApplyOneDnnIsaCap();
