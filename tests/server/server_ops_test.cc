@@ -413,7 +413,7 @@ TEST(Metrics, ScrapeCountsKnownTraffic) {
           text,
           R"(attn_compute_duration_seconds_count{rpc="Attention",protocol="attention.v1",precision="float32"})"),
       3);
-  // No bf16 compute on any CPU yet (Bf16ComputeAvailable): the bf16 series stays 0.
+  // float32 queries under the auto policy compute float32: the bf16 series stays 0.
   EXPECT_EQ(
       Sample(
           text,

@@ -273,8 +273,8 @@ TEST_F(VariantsRpc, MultiHeadAttentionWithGroupedKvHeads) {
 // Every computed answer says its arithmetic (response metadata
 // attn-compute-precision): float32 for a float32 query, and for a BFLOAT16
 // one permitted bf16 (PRECISION_BFLOAT16, or auto) exactly when core can
-// compute bf16 on this CPU (Bf16ComputeAvailable; no bf16 kernels yet:
-// float32 everywhere, with the float32 answer).
+// compute bf16 on this CPU (Bf16ComputeAvailable: a bf16 matrix tier, or
+// the emulation that ctest's bf16 run of this test turns on).
 TEST_F(VariantsRpc, AnswersSayTheirComputePrecision) {
   Case c;
   const Inputs in = attn_test::MakeInputs(c);
@@ -305,6 +305,62 @@ TEST_F(VariantsRpc, AnswersSayTheirComputePrecision) {
           << "precision " << precision << " bf16 wire " << bf16_wire;
     }
   }
+}
+
+// PRECISION_BFLOAT16 end to end: Attention (float32 on the wire, so the
+// answer shows the arithmetic) and MultiHeadAttention on a model (whose
+// weights the server packed in bf16 at load). Where core computes bf16 (a
+// bf16 matrix tier, or ctest's ATTN_BF16_EMULATION=1 run of this test), the
+// answers say bfloat16, lie within the 3e-2 contract of float64 and differ
+// from the float32 answers; elsewhere they say float32 and are exact.
+TEST_F(VariantsRpc, Bf16ComputeAnswersWithinTheContract) {
+  Case c;
+  c.hq = 4, c.hkv = 2, c.lq = 200, c.lk = 300, c.d = 64, c.dv = 64;
+  c.causal = true, c.bottom_right = true, c.alibi = true, c.sink = true;
+  const Inputs in = attn_test::MakeInputs(c);
+  const attn_test::Ref want = attn_test::Reference(c, in);
+  const bool bf16 = Bf16ComputeAvailable();
+  auto precision_of = [](const grpc::ClientContext& ctx) {
+    const auto& md = ctx.GetServerInitialMetadata();
+    const auto it = md.find("attn-compute-precision");
+    return it == md.end() ? std::string("(none)") : std::string(it->second.data(), it->second.size());
+  };
+  attention::v1::AttentionRequest req = Request(c, in, wire::Encoding::kData);
+  req.mutable_options()->set_compute_precision(attention::v1::PRECISION_BFLOAT16);
+  grpc::ClientContext ctx;
+  attention::v1::AttentionResponse resp;
+  ASSERT_TRUE(client_->stub().Attention(&ctx, req, &resp).ok());
+  EXPECT_EQ(precision_of(ctx), bf16 ? "bfloat16" : "float32");
+  auto out = client::FromWire(resp.output(), "output");
+  ASSERT_TRUE(out.ok());
+  double worst = 0;
+  for (size_t i = 0; i < want.out.size(); ++i) {
+    worst = std::max(worst, std::abs(out->values[i] - want.out[i]));
+  }
+  EXPECT_LT(worst, bf16 ? 3e-2 : 2e-5);
+  if (bf16) EXPECT_GT(worst, 2e-4) << "a bfloat16 answer as exact as float32's";
+
+  std::mt19937 rng(5);
+  const client::HostArray x = client::RandomArray({2, 96, 256}, rng);
+  attention::v1::MultiHeadAttentionRequest mreq;
+  mreq.set_model("demo-gqa");
+  *mreq.mutable_query() = client::ToWire(x, wire::Encoding::kData);
+  attention::v1::AttentionResponse f32_resp, bf16_resp;
+  grpc::ClientContext f32_ctx, bf16_ctx;
+  ASSERT_TRUE(client_->stub().MultiHeadAttention(&f32_ctx, mreq, &f32_resp).ok());
+  mreq.mutable_options()->set_compute_precision(attention::v1::PRECISION_BFLOAT16);
+  ASSERT_TRUE(client_->stub().MultiHeadAttention(&bf16_ctx, mreq, &bf16_resp).ok());
+  EXPECT_EQ(precision_of(f32_ctx), "float32");
+  EXPECT_EQ(precision_of(bf16_ctx), bf16 ? "bfloat16" : "float32");
+  auto a = client::FromWire(f32_resp.output(), "output");
+  auto b = client::FromWire(bf16_resp.output(), "output");
+  ASSERT_TRUE(a.ok() && b.ok());
+  double diff = 0;
+  for (size_t i = 0; i < a->values.size(); ++i) {
+    diff = std::max(diff, double{std::abs(a->values[i] - b->values[i])});
+  }
+  EXPECT_LT(diff, bf16 ? 3e-2 : 1e-12);
+  if (bf16) EXPECT_GT(diff, 1e-5);
 }
 
 // A packed batch (cu_seqlens) in both encodings: each sequence equals its

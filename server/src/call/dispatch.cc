@@ -108,7 +108,12 @@ void CallDispatcher::Dispatch(CallTransport* t, const std::string* authorization
       // Core throws nothing; this is a last guard.
       result = GuardExceptions("unexpected error", [&] {
         auto out = call->compute(granted, call->output);
-        return out.ok() ? call->respond(*out) : out.status();
+        if (!out.ok()) return out.status();
+        // What core computed in (a call permitted bf16 may still be float32).
+        call->precision = out->compute_precision == ComputePrecision::kBFloat16
+                              ? UsedPrecision::kBFloat16
+                              : UsedPrecision::kFloat32;
+        return call->respond(*out);
       });
     }
     t->Finish(result, began);

@@ -236,6 +236,10 @@ UsedPrecision ResolvePrecision(RequestedPrecision requested, PrecisionPolicy pol
   return bf16 && bf16_available ? UsedPrecision::kBFloat16 : UsedPrecision::kFloat32;
 }
 
+ComputePrecision CorePrecision(UsedPrecision p) {
+  return p == UsedPrecision::kBFloat16 ? ComputePrecision::kBFloat16 : ComputePrecision::kFloat32;
+}
+
 const char* PrecisionName(UsedPrecision p) {
   return p == UsedPrecision::kBFloat16 ? "bfloat16" : "float32";
 }
@@ -296,6 +300,7 @@ Status PrepareCall(const CallRequest& req, const ModelRegistry& models, const Re
     opt.scale = req.scale;
     opt.need_weights = req.return_weights;
     opt.average_weights = !req.per_head_weights;
+    opt.compute_precision = CorePrecision(call->precision);
     return PrepareMha(q, k, v, opt, limits, call);
   }
   const bool packed = !req.cu_seqlens_q.empty() || !req.cu_seqlens_k.empty();
@@ -317,6 +322,7 @@ Status PrepareCall(const CallRequest& req, const ModelRegistry& models, const Re
     opt.score = score;
     opt.scale = req.scale;
     opt.need_weights = req.return_weights;
+    opt.compute_precision = CorePrecision(call->precision);
     return PrepareMha(q, k, v, opt, limits, call);
   }
   ScaledDotProductAttentionOptions opt;
@@ -326,6 +332,7 @@ Status PrepareCall(const CallRequest& req, const ModelRegistry& models, const Re
   opt.need_weights = req.return_weights;
   opt.cu_seqlens_q = req.cu_seqlens_q;
   opt.cu_seqlens_k = req.cu_seqlens_k;
+  opt.compute_precision = CorePrecision(call->precision);
   auto cost = EstimateScaledDotProductAttention(*q, *k, *v, opt);
   if (!cost.ok()) return cost.status();
   ATTN_RETURN_IF_ERROR(CheckLimits(*cost, limits));

@@ -39,6 +39,9 @@ UsedPrecision ResolvePrecision(RequestedPrecision requested, PrecisionPolicy pol
                                bool bf16_query, bool bf16_available);
 // "float32" or "bfloat16".
 const char* PrecisionName(UsedPrecision p);
+// The core option for a resolved precision (core may still compute a call
+// in float32, e.g. one that returns the weights; AttentionResult says).
+ComputePrecision CorePrecision(UsedPrecision p);
 
 // One call as a protocol carries it, not yet checked. Tensors point into
 // the protocol's message.
