@@ -48,6 +48,14 @@ void BM_OneDnnMatmul1024(benchmark::State& state) {
   state.SetLabel(pd.impl_info_str());
 }
 
+// "float32", "bfloat16", or what a call permitted bf16 computed instead.
+std::string PrecisionLabel(attn::ComputePrecision asked, attn::ComputePrecision used) {
+  if (used == attn::ComputePrecision::kBFloat16) {
+    return attn::Bf16Emulated() ? "bfloat16 (emulated)" : "bfloat16";
+  }
+  return asked == attn::ComputePrecision::kBFloat16 ? "float32 (no bf16 matrix tier)" : "float32";
+}
+
 // SDPA with B=1, H=8, Dh=64 on [B, H, L, Dh] tensors.
 void BM_Sdpa(benchmark::State& state) {
   const int64_t b = 1, h = 8, d = 64, l = state.range(0);
@@ -67,6 +75,30 @@ void BM_Sdpa(benchmark::State& state) {
   const double pairs = causal ? l * (l + 1) / 2.0 : static_cast<double>(l) * l;
   state.counters["GFLOPS"] = benchmark::Counter(4.0 * b * h * d * pairs / 1e9,
                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// Issue 24's SDPA row, L = 2048, H8 D64, in float32 and bfloat16 (bf16: 1):
+// bfloat16 where the CPU has a bf16 matrix tier, else it computes float32
+// (the label says which).
+void BM_SdpaPrecision(benchmark::State& state) {
+  const int64_t b = 1, h = 8, d = 64, l = state.range(0);
+  const bool bf16 = state.range(1) != 0;
+  auto q = Random(b * h * l * d, 1), k = Random(b * h * l * d, 2), v = Random(b * h * l * d, 3);
+  const attn::Shape shape = {b, h, l, d};
+  attn::ScaledDotProductAttentionOptions opt;
+  opt.compute_precision = bf16 ? attn::ComputePrecision::kBFloat16 : attn::ComputePrecision::kFloat32;
+  attn::ComputePrecision used = attn::ComputePrecision::kFloat32;
+  for (auto _ : state) {
+    auto r = attn::ScaledDotProductAttention(attn::TensorView::Dense(q.data(), shape),
+                                             attn::TensorView::Dense(k.data(), shape),
+                                             attn::TensorView::Dense(v.data(), shape), opt);
+    if (!r.ok()) state.SkipWithError(r.status().ToString().c_str());
+    if (r.ok()) used = r->compute_precision;
+    benchmark::DoNotOptimize(r);
+  }
+  state.counters["GFLOPS"] = benchmark::Counter(4.0 * b * h * d * l * l / 1e9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(PrecisionLabel(opt.compute_precision, used));
 }
 
 // The variants of issue 23, each on its own shape, D=128 unless said; the
@@ -154,7 +186,8 @@ void BM_SdpaPacked(benchmark::State& state) {
 // `as_model`: the weights are loaded as a model, as the server serves them
 // (which may also keep small weights as W^T: LinearView::weight_t).
 void RunMha(benchmark::State& state, bool need_weights, int64_t e = 512, int64_t h = 8,
-            int threads = 0, bool as_model = false) {
+            int threads = 0, bool as_model = false,
+            attn::ComputePrecision precision = attn::ComputePrecision::kFloat32) {
   const int64_t b = state.range(0), l = state.range(1);
   auto x = Random(b * l * e, 1);
   auto in_proj = Random(3 * e * e, 2), in_bias = Random(3 * e, 3);
@@ -191,18 +224,28 @@ void RunMha(benchmark::State& state, bool need_weights, int64_t e = 512, int64_t
   opt.num_heads = h;
   opt.need_weights = need_weights;
   opt.num_threads = threads;
+  opt.compute_precision = precision;
   const auto xv = attn::TensorView::Dense(x.data(), {b, l, e});
+  attn::ComputePrecision used = attn::ComputePrecision::kFloat32;
   for (auto _ : state) {
     auto r = attn::MultiHeadAttention(pw, xv, xv, xv, opt);
     if (!r.ok()) state.SkipWithError(r.status().ToString().c_str());
+    if (r.ok()) used = r->compute_precision;
     benchmark::DoNotOptimize(r);
   }
+  state.SetLabel(PrecisionLabel(precision, used));
   const double flops = 4.0 * 2.0 * b * l * e * e + 4.0 * b * l * l * e;
   state.counters["GFLOPS"] =
       benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void BM_Mha(benchmark::State& state) { RunMha(state, false); }
+// Issue 24's MHA row (B1 L2048 E512 H8, a model's weights) in float32 and
+// bfloat16 (bf16: 1); the label says what core computed.
+void BM_MhaPrecision(benchmark::State& state) {
+  RunMha(state, false, 512, 8, 0, true,
+         state.range(2) != 0 ? attn::ComputePrecision::kBFloat16 : attn::ComputePrecision::kFloat32);
+}
 void BM_MhaWeights(benchmark::State& state) { RunMha(state, true); }
 // The server benchmark's small request: E=64, 4 heads, on one thread, with
 // the weights of a model (as the server runs requests this small).
@@ -251,6 +294,11 @@ BENCHMARK(BM_Sdpa)
     ->ArgNames({"L", "causal"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SdpaPrecision)
+    ->ArgsProduct({{2048}, {0, 1}})
+    ->ArgNames({"L", "bf16"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_SdpaVariant)
     ->Args({0, 2048})
     ->Args({0, 8192})
@@ -268,6 +316,11 @@ BENCHMARK(BM_SdpaPacked)
 BENCHMARK(BM_Mha)
     ->ArgsProduct({{1, 8}, {128, 512, 2048}})
     ->ArgNames({"B", "L"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_MhaPrecision)
+    ->ArgsProduct({{1}, {2048}, {0, 1}})
+    ->ArgNames({"B", "L", "bf16"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_MhaSmall)
