@@ -19,12 +19,16 @@ _PRECISION = {None: attention_pb2.PRECISION_UNSPECIFIED,
 class AttentionResult:
     """What a call returns: `output`, `weights` and `lse` (None unless asked),
     each the query's kind and dtype (the lse: float32, or torch float32).
-    Unpacks as `output, weights`, as the old client's tuples did."""
+    Unpacks as `output, weights`, as the old client's tuples did.
+    `compute_precision` is what the server computed in ("float32" or
+    "bfloat16", its attn-compute-precision header), None where not known."""
 
-    __slots__ = ("output", "weights", "lse")
+    __slots__ = ("output", "weights", "lse", "compute_precision")
 
-    def __init__(self, output: Any, weights: Any = None, lse: Any = None):
+    def __init__(self, output: Any, weights: Any = None, lse: Any = None,
+                 compute_precision: Optional[str] = None):
         self.output, self.weights, self.lse = output, weights, lse
+        self.compute_precision = compute_precision
 
     def __iter__(self) -> Iterator[Any]:
         return iter((self.output, self.weights))
@@ -38,7 +42,7 @@ class AttentionResult:
     def __repr__(self) -> str:
         shape = lambda x: None if x is None else tuple(x.shape)  # noqa: E731
         return (f"AttentionResult(output={shape(self.output)}, weights={shape(self.weights)}, "
-                f"lse={shape(self.lse)})")
+                f"lse={shape(self.lse)}, compute_precision={self.compute_precision!r})")
 
 
 def channel_options(max_message_mb: int, retry: bool) -> list:
@@ -185,12 +189,24 @@ def mha_request(query: Any, key: Any, value: Any, *, model, num_heads, num_kv_he
     return req, kind
 
 
-def result(resp: Any, kind: Kind, return_weights: bool, return_lse: bool) -> AttentionResult:
+PRECISION_HEADER = "attn-compute-precision"
+
+
+def precision_of(initial_metadata: Any) -> Optional[str]:
+    """The attn-compute-precision header's value, or None."""
+    for key, value in initial_metadata or ():
+        if key == PRECISION_HEADER:
+            return value
+    return None
+
+
+def result(resp: Any, kind: Kind, return_weights: bool, return_lse: bool,
+           compute_precision: Optional[str] = None) -> AttentionResult:
     lse = None
     if return_lse:
         lse = from_tensor(resp.lse, Kind(kind.lib, "float32", "float32"))
     weights = from_tensor(resp.weights, kind) if return_weights else None
-    return AttentionResult(from_tensor(resp.output, kind), weights, lse)
+    return AttentionResult(from_tensor(resp.output, kind), weights, lse, compute_precision)
 
 
 def models_of(resp: Any) -> list:

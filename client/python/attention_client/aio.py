@@ -53,6 +53,20 @@ class AsyncAttentionClient:
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
 
+    async def _compute(self, method: Any, request: Any, kind: Any, return_weights: bool,
+                       return_lse: bool) -> rq.AttentionResult:
+        """A compute call, its result saying the server's compute precision."""
+        if self._closed:
+            raise AttentionError("the client is closed")
+        metadata = ss._metadata(self._metadata, None)
+        try:
+            call = method(request, timeout=self.timeout, metadata=metadata)
+            resp = await call
+            precision = rq.precision_of(await call.initial_metadata())
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+        return rq.result(resp, kind, return_weights, return_lse, precision)
+
     async def _session_call(self, name: str, request: Any, session_id: Optional[str]) -> Any:
         return await self._call(getattr(self._sessions, name), request, session_id=session_id)
 
@@ -108,15 +122,13 @@ class AsyncAttentionClient:
             return_weights=return_weights, return_lse=return_lse,
             compute_precision=compute_precision, cu_seqlens_q=cu_seqlens_q,
             cu_seqlens_k=cu_seqlens_k, wire_dtype=wire_dtype, encoding=encoding, dtype=dtype)
-        resp = await self._call(self.stub.Attention, req)
-        return rq.result(resp, kind, return_weights, return_lse)
+        return await self._compute(self.stub.Attention, req, kind, return_weights, return_lse)
 
     async def cross_attention(self, decoder: Any, encoder: Any, *, return_weights: bool = False,
                               return_lse: bool = False, **kw: Any) -> rq.AttentionResult:
         """As AttentionClient.cross_attention."""
         req, kind = rq.cross_request(decoder, encoder, **_defaults(kw, return_weights, return_lse))
-        resp = await self._call(self.stub.CrossAttention, req)
-        return rq.result(resp, kind, return_weights, return_lse)
+        return await self._compute(self.stub.CrossAttention, req, kind, return_weights, return_lse)
 
     async def multi_head_attention(self, query: Any, key: Any = None, value: Any = None, *,
                                    return_weights: bool = False, return_lse: bool = False,
@@ -129,8 +141,8 @@ class AsyncAttentionClient:
         req, kind = rq.mha_request(query, key, value, num_heads=num_heads,
                                    num_kv_heads=num_kv_heads, per_head_weights=per_head_weights,
                                    **kw)
-        resp = await self._call(self.stub.MultiHeadAttention, req)
-        return rq.result(resp, kind, return_weights, return_lse)
+        return await self._compute(self.stub.MultiHeadAttention, req, kind, return_weights,
+                                   return_lse)
 
     async def list_models(self) -> List[Dict[str, Any]]:
         return rq.models_of(await self._call(self.stub.ListModels,

@@ -62,6 +62,13 @@ class AttentionClient:
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
 
+    def _compute(self, method: Callable, request: Any, kind: Any, return_weights: bool,
+                 return_lse: bool) -> rq.AttentionResult:
+        """A compute call, its result saying the server's compute precision."""
+        resp, call = self._call(method.with_call, request)
+        return rq.result(resp, kind, return_weights, return_lse,
+                         rq.precision_of(call.initial_metadata()))
+
     def _session_call(self, name: str, request: Any, session_id: Optional[str]) -> Any:
         return self._call(getattr(self._sessions, name), request, session_id=session_id)
 
@@ -90,7 +97,7 @@ class AttentionClient:
             return_weights=return_weights, return_lse=return_lse,
             compute_precision=compute_precision, cu_seqlens_q=cu_seqlens_q,
             cu_seqlens_k=cu_seqlens_k, wire_dtype=wire_dtype, encoding=encoding, dtype=dtype)
-        return rq.result(self._call(self.stub.Attention, req), kind, return_weights, return_lse)
+        return self._compute(self.stub.Attention, req, kind, return_weights, return_lse)
 
     def cross_attention(self, decoder: Any, encoder: Any, *, model: Optional[str] = None,
                         projections: Optional[Mapping[str, Any]] = None, causal: bool = False,
@@ -112,8 +119,7 @@ class AttentionClient:
             return_weights=return_weights, return_lse=return_lse,
             compute_precision=compute_precision, wire_dtype=wire_dtype, encoding=encoding,
             dtype=dtype)
-        return rq.result(self._call(self.stub.CrossAttention, req), kind, return_weights,
-                         return_lse)
+        return self._compute(self.stub.CrossAttention, req, kind, return_weights, return_lse)
 
     def multi_head_attention(self, query: Any, key: Any = None, value: Any = None, *,
                              model: Optional[str] = None, num_heads: int = 0,
@@ -137,8 +143,7 @@ class AttentionClient:
             attn_bias=attn_bias, return_weights=return_weights, return_lse=return_lse,
             compute_precision=compute_precision, wire_dtype=wire_dtype, encoding=encoding,
             dtype=dtype)
-        return rq.result(self._call(self.stub.MultiHeadAttention, req), kind, return_weights,
-                         return_lse)
+        return self._compute(self.stub.MultiHeadAttention, req, kind, return_weights, return_lse)
 
     def list_models(self) -> List[Dict[str, Any]]:
         """[{name, kind, embed_dim, num_heads, num_kv_heads, kdim, vdim}, ...]"""

@@ -175,6 +175,9 @@ def test_every_option_at_once_with_grouped_heads(client):
                           slopes=slopes, sinks=sinks)
     np.testing.assert_allclose(r.output, want, rtol=1e-5, atol=2e-6)
     np.testing.assert_allclose(r.lse, lse, rtol=1e-5, atol=2e-6)
+    # The server's attn-compute-precision header, on the result.
+    assert r.compute_precision == "float32"
+    assert "compute_precision='float32'" in repr(r)
     # A window without causal, one side unbounded.
     r = client.attention(q, k, v, window=(None, 1))
     np.testing.assert_allclose(r.output, reference(q, k, v, window=(None, 1))[0], rtol=1e-5,
@@ -256,6 +259,7 @@ def test_async_100_concurrent_calls(server):
     assert len(results) == 100
     for r in results:
         np.testing.assert_allclose(r.output, want, rtol=1e-5, atol=2e-6)
+        assert r.compute_precision == "float32"
     assert health == "SERVING" and any(m["name"] == "demo-mha" for m in models)
     assert mha.lse.shape == (1, 4, 2)
 
