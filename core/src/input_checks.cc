@@ -8,9 +8,10 @@
 namespace attn::internal {
 
 Status ValidateFloatView(const TensorView& view, const std::string& name, int min_rank,
-                         int max_rank) {
-  if (view.dtype != DataType::kFloat32) {
-    return Status::InvalidArgument(name + ": dtype must be float32, got " +
+                         int max_rank, bool allow_bf16) {
+  if (view.dtype != DataType::kFloat32 && !(allow_bf16 && view.dtype == DataType::kBFloat16)) {
+    return Status::InvalidArgument(name + ": dtype must be float32" +
+                                   (allow_bf16 ? " or bfloat16" : "") + ", got " +
                                    DataTypeName(view.dtype));
   }
   if (view.rank() < min_rank || view.rank() > max_rank) {
@@ -41,11 +42,33 @@ const char* LeadingDimName(int rank, int i) { return rank == 4 && i == 1 ? "head
 
 }  // namespace
 
+Status CheckSameDtype(const TensorView& q, const TensorView& k, const TensorView& v) {
+  for (const auto* t : {&k, &v}) {
+    if (t->dtype != q.dtype) {
+      return Status::InvalidArgument(std::string(t == &k ? "key" : "value") +
+                                     ": dtype must equal query's (" + DataTypeName(q.dtype) +
+                                     "), got " + DataTypeName(t->dtype));
+    }
+  }
+  return Status::Ok();
+}
+
+Status CheckBf16Allowed(const TensorView& q, bool bf16_compute) {
+  if (q.dtype == DataType::kBFloat16 && !bf16_compute) {
+    return Status::InvalidArgument(
+        "query: bfloat16 views need a call that computes in bfloat16 (compute_precision "
+        "kBFloat16 without need_weights, where Bf16ComputeAvailable()); got one that computes "
+        "float32: widen them (attn/half.h)");
+  }
+  return Status::Ok();
+}
+
 Status CheckQueryKeyValue(const TensorView& q, const TensorView& k, const TensorView& v,
-                          int min_rank, int max_rank, bool grouped_heads) {
-  ATTN_RETURN_IF_ERROR(ValidateFloatView(q, "query", min_rank, max_rank));
-  ATTN_RETURN_IF_ERROR(ValidateFloatView(k, "key", min_rank, max_rank));
-  ATTN_RETURN_IF_ERROR(ValidateFloatView(v, "value", min_rank, max_rank));
+                          int min_rank, int max_rank, bool grouped_heads, bool allow_bf16) {
+  ATTN_RETURN_IF_ERROR(ValidateFloatView(q, "query", min_rank, max_rank, allow_bf16));
+  ATTN_RETURN_IF_ERROR(ValidateFloatView(k, "key", min_rank, max_rank, allow_bf16));
+  ATTN_RETURN_IF_ERROR(ValidateFloatView(v, "value", min_rank, max_rank, allow_bf16));
+  ATTN_RETURN_IF_ERROR(CheckSameDtype(q, k, v));
   const int rank = q.rank();
   for (const auto* t : {&k, &v}) {
     const char* name = t == &k ? "key" : "value";

@@ -17,14 +17,22 @@ namespace attn::internal {
 // non-negative stride per dim, an element count that fits int64, and data
 // present when it has elements. `name` starts the message.
 Status ValidateFloatView(const TensorView& view, const std::string& name, int min_rank,
-                         int max_rank);
+                         int max_rank, bool allow_bf16 = false);
+
+// Key and value of the query's dtype.
+Status CheckSameDtype(const TensorView& query, const TensorView& key, const TensorView& value);
+
+// A bfloat16 query (and so key and value) only in a call that computes bf16.
+Status CheckBf16Allowed(const TensorView& query, bool bf16_compute);
 
 // Checks query, key and value as float views of rank [min_rank, max_rank],
 // key and value of the query's rank with its leading (batch, heads) dims, and
 // value's Lk (dim -2) equal to key's. With `grouped_heads`, rank-4 key and
-// value may have fewer heads, a divisor of the query's (GQA, MQA).
+// value may have fewer heads, a divisor of the query's (GQA, MQA). With
+// `allow_bf16`, all three may be bfloat16 views instead of float32.
 Status CheckQueryKeyValue(const TensorView& query, const TensorView& key, const TensorView& value,
-                          int min_rank, int max_rank, bool grouped_heads = false);
+                          int min_rank, int max_rank, bool grouped_heads = false,
+                          bool allow_bf16 = false);
 
 // Checks the masks against [B, H, Lq, Lk] and fills the mask fields of
 // `problem`. `unbatched` allows key_padding_mask of shape [Lk].

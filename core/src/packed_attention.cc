@@ -72,8 +72,11 @@ Status CheckPackedInputs(const TensorView& q, const TensorView& k, const TensorV
                                      " with cu_seqlens, got " + Num(t->rank()) + " (shape " +
                                      ShapeToString(t->shape) + ")");
     }
-    ATTN_RETURN_IF_ERROR(ValidateFloatView(*t, name, 3, 3));
+    ATTN_RETURN_IF_ERROR(ValidateFloatView(*t, name, 3, 3, /*allow_bf16=*/true));
   }
+  ATTN_RETURN_IF_ERROR(CheckSameDtype(q, k, v));
+  ATTN_RETURN_IF_ERROR(CheckBf16Allowed(q, opt.compute_precision == ComputePrecision::kBFloat16 &&
+                                               Bf16ComputeAvailable()));
   const int64_t hq = q.shape[1], hkv = k.shape[1];
   if (hkv == 0 ? hq != 0 : hq % hkv != 0) {
     return Status::InvalidArgument("key: dim 1 (kv heads) must divide query's heads (" + Num(hq) +
@@ -144,7 +147,11 @@ StatusOr<PackedPlan> PlanPacked(const TensorView& q, const TensorView& k, const 
     // Row i of head h of the sequence: the packed [total, H, D] read as
     // [1, H, L, D] through strides.
     auto view = [](const TensorView& t, int64_t row0, Strided4D* dst) {
-      dst->data = t.f32() + row0 * t.strides[0];
+      if (t.dtype == DataType::kBFloat16) {
+        dst->data16 = t.bf16() + row0 * t.strides[0];
+      } else {
+        dst->data = t.f32() + row0 * t.strides[0];
+      }
       dst->stride[0] = 0, dst->stride[1] = t.strides[1];
       dst->stride[2] = t.strides[0], dst->stride[3] = t.strides[2];
     };

@@ -216,6 +216,97 @@ TEST_F(Bf16Compute, PackedBatchWithinContract) {
   EXPECT_GT(vs_f32, kVisiblyBf16);
 }
 
+// bfloat16 views in place (the server's BFLOAT16 requests): the same answer
+// as float32 views of the same (bf16-exact) values, strided views included;
+// packed batches too. A call that computes float32, or wants the weights,
+// refuses them; so do mixed dtypes.
+TEST_F(Bf16Compute, Bf16ViewsAreReadInPlace) {
+  Case c = CaseFor(700, 64, 2);
+  Inputs in = MakeInputs(c);
+  auto round = [](std::vector<float>& x, std::vector<uint16_t>* bits) {
+    bits->resize(x.size());
+    FloatToHalf(HalfType::kBFloat16, x.data(), bits->data(), static_cast<int64_t>(x.size()));
+    HalfToFloat(HalfType::kBFloat16, bits->data(), x.data(), static_cast<int64_t>(x.size()));
+  };
+  std::vector<uint16_t> q16, k16, v16;
+  round(in.q, &q16), round(in.k, &k16), round(in.v, &v16);
+  ScaledDotProductAttentionOptions opt = OptionsFor(c, in);
+  opt.compute_precision = ComputePrecision::kBFloat16;
+  const Shape qs{c.b, c.hq, c.lq, c.d}, ks{c.b, c.hkv, c.lk, c.d}, vs{c.b, c.hkv, c.lk, c.dv};
+  auto widened = ScaledDotProductAttention(TensorView::Dense(in.q.data(), qs),
+                                           TensorView::Dense(in.k.data(), ks),
+                                           TensorView::Dense(in.v.data(), vs), opt);
+  const TensorView q = TensorView::DenseBf16(q16.data(), qs);
+  const TensorView k = TensorView::DenseBf16(k16.data(), ks);
+  const TensorView v = TensorView::DenseBf16(v16.data(), vs);
+  auto in_place = ScaledDotProductAttention(q, k, v, opt);
+  ASSERT_TRUE(widened.ok() && in_place.ok()) << in_place.status().ToString();
+  EXPECT_EQ(in_place->compute_precision, ComputePrecision::kBFloat16);
+  ASSERT_EQ(in_place->output.data.size(), widened->output.data.size());
+  for (size_t i = 0; i < widened->output.data.size(); ++i) {
+    ASSERT_EQ(in_place->output.data[i], widened->output.data[i]) << i;
+  }
+  EXPECT_EQ(in_place->lse->data, widened->lse->data);
+
+  // Strided: the key read through a transposed-storage view ([.., D, Lk]
+  // memory, viewed as [.., Lk, D]).
+  std::vector<uint16_t> kt(k16.size());
+  for (int64_t h = 0; h < c.b * c.hkv; ++h)
+    for (int64_t j = 0; j < c.lk; ++j)
+      for (int64_t x = 0; x < c.d; ++x) kt[(h * c.d + x) * c.lk + j] = k16[(h * c.lk + j) * c.d + x];
+  TensorView k_strided = TensorView::DenseBf16(kt.data(), ks);
+  k_strided.strides = {c.hkv * c.d * c.lk, c.d * c.lk, 1, c.lk};
+  auto strided = ScaledDotProductAttention(q, k_strided, v, opt);
+  ASSERT_TRUE(strided.ok()) << strided.status().ToString();
+  for (size_t i = 0; i < widened->output.data.size(); ++i) {
+    ASSERT_NEAR(strided->output.data[i], widened->output.data[i], 1e-5) << i;
+  }
+
+  // Refused where the call would compute float32, and with mixed dtypes.
+  ScaledDotProductAttentionOptions f32 = opt;
+  f32.compute_precision = ComputePrecision::kFloat32;
+  auto refused = ScaledDotProductAttention(q, k, v, f32);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("query: bfloat16 views need a call that computes"),
+            std::string::npos) << refused.status().message();
+  ScaledDotProductAttentionOptions weights = opt;
+  weights.need_weights = true;
+  EXPECT_FALSE(ScaledDotProductAttention(q, k, v, weights).ok());
+  auto mixed = ScaledDotProductAttention(q, TensorView::Dense(in.k.data(), ks), v, opt);
+  ASSERT_FALSE(mixed.ok());
+  EXPECT_NE(mixed.status().message().find("key: dtype must equal query's (bfloat16), got float32"),
+            std::string::npos) << mixed.status().message();
+  // The estimate validates alike.
+  EXPECT_TRUE(EstimateScaledDotProductAttention(q, k, v, opt).ok());
+  EXPECT_FALSE(EstimateScaledDotProductAttention(q, k, v, f32).ok());
+}
+
+TEST_F(Bf16Compute, PackedBf16ViewsAreReadInPlace) {
+  Case shape;
+  shape.hq = 4, shape.hkv = 2, shape.d = 64, shape.dv = 64;
+  shape.causal = true;
+  attn_test::Packed pk = attn_test::Pack(shape, {{300, 300}, {1, 40}, {513, 513}});
+  std::vector<uint16_t> q16(pk.q.size()), k16(pk.k.size()), v16(pk.v.size());
+  for (auto [x, bits] : {std::pair{&pk.q, &q16}, std::pair{&pk.k, &k16}, std::pair{&pk.v, &v16}}) {
+    FloatToHalf(HalfType::kBFloat16, x->data(), bits->data(), static_cast<int64_t>(x->size()));
+    HalfToFloat(HalfType::kBFloat16, bits->data(), x->data(), static_cast<int64_t>(x->size()));
+  }
+  const int64_t tq = pk.cu_q.back(), tk = pk.cu_k.back();
+  ScaledDotProductAttentionOptions opt;
+  opt.masks.causal = true;
+  opt.cu_seqlens_q = pk.cu_q, opt.cu_seqlens_k = pk.cu_k;
+  opt.compute_precision = ComputePrecision::kBFloat16;
+  auto widened = ScaledDotProductAttention(TensorView::Dense(pk.q.data(), {tq, pk.hq, pk.d}),
+                                           TensorView::Dense(pk.k.data(), {tk, pk.hkv, pk.d}),
+                                           TensorView::Dense(pk.v.data(), {tk, pk.hkv, pk.dv}), opt);
+  auto in_place = ScaledDotProductAttention(TensorView::DenseBf16(q16.data(), {tq, pk.hq, pk.d}),
+                                            TensorView::DenseBf16(k16.data(), {tk, pk.hkv, pk.d}),
+                                            TensorView::DenseBf16(v16.data(), {tk, pk.hkv, pk.dv}),
+                                            opt);
+  ASSERT_TRUE(widened.ok() && in_place.ok()) << in_place.status().ToString();
+  EXPECT_EQ(in_place->output.data, widened->output.data);
+}
+
 // nn.MultiheadAttention semantics with bf16 projections and attention: the
 // weights rounded in the call, or packed by their owner (weight_bf16, as
 // models do), give the same answer, within the contract of float64.

@@ -579,7 +579,8 @@ TEST(SdpaErrors, MasksAndScale) {
 TEST(SdpaErrors, QueryMustBeFloat) {
   std::vector<uint8_t> b(16, 1);
   const TensorView bv = TensorView::DenseBool(b.data(), {4, 4});
-  ExpectInvalid(ScaledDotProductAttention(bv, bv, bv), "query: dtype must be float32, got bool");
+  ExpectInvalid(ScaledDotProductAttention(bv, bv, bv),
+                "query: dtype must be float32 or bfloat16, got bool");
 }
 
 }  // namespace

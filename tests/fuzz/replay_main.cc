@@ -10,9 +10,12 @@
 #include <vector>
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+// Optional, as under libFuzzer: a target's set-up before its first input.
+extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) __attribute__((weak));
 
 int main(int argc, char** argv) {
   namespace fs = std::filesystem;
+  if (LLVMFuzzerInitialize != nullptr) LLVMFuzzerInitialize(&argc, &argv);
   int replayed = 0;
   auto replay = [&](const fs::path& p) {
     if (std::getenv("ATTN_FUZZ_VERBOSE")) std::fprintf(stderr, "%s\n", p.filename().c_str());

@@ -13,8 +13,10 @@
 
 #include "attention/v1/attention.pb.h"
 #include "attention_client.h"
+#include "attention_v1/attention_v1_adapter.h"
 #include "attn/attention.h"
 #include "attn/cpu_info.h"
+#include "attn/half.h"
 #include "attn/model.h"
 #include "host_array.h"
 #include "test_server.h"
@@ -244,7 +246,9 @@ TEST_F(VariantsRpc, MultiHeadAttentionWithGroupedKvHeads) {
   bool listed = false;
   for (const auto& m : models.models()) {
     if (m.name() == "demo-gqa") listed = m.num_heads() == 8 && m.num_kv_heads() == 2;
-    if (m.name() == "demo-mha-small") EXPECT_EQ(m.num_kv_heads(), m.num_heads());
+    if (m.name() == "demo-mha-small") {
+      EXPECT_EQ(m.num_kv_heads(), m.num_heads());
+    }
   }
   EXPECT_TRUE(listed);
   const client::HostArray y = client::RandomArray({1, 4, 256}, rng);
@@ -338,7 +342,9 @@ TEST_F(VariantsRpc, Bf16ComputeAnswersWithinTheContract) {
     worst = std::max(worst, std::abs(out->values[i] - want.out[i]));
   }
   EXPECT_LT(worst, bf16 ? 3e-2 : 2e-5);
-  if (bf16) EXPECT_GT(worst, 2e-4) << "a bfloat16 answer as exact as float32's";
+  if (bf16) {
+    EXPECT_GT(worst, 2e-4) << "a bfloat16 answer as exact as float32's";
+  }
 
   std::mt19937 rng(5);
   const client::HostArray x = client::RandomArray({2, 96, 256}, rng);
@@ -360,7 +366,66 @@ TEST_F(VariantsRpc, Bf16ComputeAnswersWithinTheContract) {
     diff = std::max(diff, double{std::abs(a->values[i] - b->values[i])});
   }
   EXPECT_LT(diff, bf16 ? 3e-2 : 1e-12);
-  if (bf16) EXPECT_GT(diff, 1e-5);
+  if (bf16) {
+    EXPECT_GT(diff, 1e-5);
+  }
+}
+
+// BFLOAT16 on the wire stays bf16 where the call computes bf16: the
+// prepared call views query, key and value in place (dtype bfloat16, not
+// widened floats), and the answer is exactly that of the same values sent
+// as FLOAT32 with PRECISION_BFLOAT16, rounded to the query's BFLOAT16. With
+// weights wanted, or where bf16 compute is off, they are widened as before.
+TEST_F(VariantsRpc, Bf16WireTensorsAreViewedInPlaceWhenComputedInBf16) {
+  Case c;
+  c.hq = 4, c.hkv = 2, c.lq = 70, c.lk = 90, c.d = 32, c.dv = 32, c.causal = true;
+  Inputs in = attn_test::MakeInputs(c);
+  for (auto* x : {&in.q, &in.k, &in.v}) {  // bf16-exact values
+    std::vector<uint16_t> bits(x->size());
+    FloatToHalf(HalfType::kBFloat16, x->data(), bits.data(), static_cast<int64_t>(x->size()));
+    HalfToFloat(HalfType::kBFloat16, bits.data(), x->data(), static_cast<int64_t>(x->size()));
+  }
+  attention::v1::AttentionRequest f32 = Request(c, in, wire::Encoding::kData);
+  f32.mutable_options()->set_compute_precision(attention::v1::PRECISION_BFLOAT16);
+  attention::v1::AttentionRequest bf16 = Request(c, in, wire::Encoding::kData);
+  for (auto* t : {bf16.mutable_query(), bf16.mutable_key(), bf16.mutable_value()}) {
+    auto a = client::FromWire(*t, "t");
+    ASSERT_TRUE(a.ok());
+    *t = client::ToWire(*a, wire::Encoding::kData, wire::WireType::kBFloat16);
+  }
+  const bool on = Bf16ComputeAvailable();
+  const server::ModelRegistry models = server::ModelRegistry::Demo();
+  {
+    server::PreparedCall call;
+    ASSERT_TRUE(server::PrepareAttention(bf16, models, server::RequestLimits{}, &call).ok());
+    ASSERT_GE(call.tensors.size(), 3u);
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(call.tensors[i].view.dtype, on ? DataType::kBFloat16 : DataType::kFloat32) << i;
+      EXPECT_TRUE(call.tensors[i].float_storage.empty() == on) << i;
+    }
+    attention::v1::AttentionRequest with_weights = bf16;
+    with_weights.set_return_weights(true);
+    server::PreparedCall widened;
+    ASSERT_TRUE(server::PrepareAttention(with_weights, models, server::RequestLimits{}, &widened).ok());
+    EXPECT_EQ(widened.tensors[0].view.dtype, DataType::kFloat32);
+  }
+  attention::v1::AttentionResponse a, b;
+  grpc::ClientContext ca, cb;
+  ASSERT_TRUE(client_->stub().Attention(&ca, f32, &a).ok());
+  ASSERT_TRUE(client_->stub().Attention(&cb, bf16, &b).ok());
+  auto want = client::FromWire(a.output(), "output");
+  auto got = client::FromWire(b.output(), "output");
+  ASSERT_TRUE(want.ok() && got.ok());
+  ASSERT_EQ(b.output().dtype(), attention::v1::DATA_TYPE_BFLOAT16);
+  ASSERT_EQ(got->values.size(), want->values.size());
+  std::vector<uint16_t> rounded(want->values.size());
+  FloatToHalf(HalfType::kBFloat16, want->values.data(), rounded.data(),
+              static_cast<int64_t>(rounded.size()));
+  for (size_t i = 0; i < rounded.size(); ++i) {
+    float w = 0;
+    HalfToFloat(HalfType::kBFloat16, &rounded[i], &w, 1);
+    ASSERT_EQ(got->values[i], w) << i;
+  }
 }
 
 // A packed batch (cu_seqlens) in both encodings: each sequence equals its

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "attn/half.h"
 #include "attention_client.h"
 #include "host_array.h"
 #include "test_server.h"
@@ -108,6 +109,42 @@ TEST(TensorCodec, EncodeDenseRoundTripsEveryTypeInBothEncodings) {
       }
     }
   }
+}
+
+// Expected kBFloat16 (a call that computes bf16): BFLOAT16 bytes are viewed
+// in place, or copied as bf16 (never widened) when they are unaligned, as
+// inside an HTTP body; any other dtype is refused, naming what it takes.
+TEST(TensorCodec, Bf16KeptInPlaceWhenAsked) {
+  const std::vector<float> floats = {1.5f, -2, 0, 3.25f, 7, -0.5f};
+  attention::v1::Tensor t;
+  wire::EncodeDense({2, 3}, floats.data(), floats.size(), wire::WireType::kBFloat16,
+                    wire::Encoding::kData, &t);
+  wire::DecodedTensor d;
+  ASSERT_TRUE(wire::DecodeTensor(t, "query", DataType::kBFloat16, 100, &d).ok());
+  EXPECT_EQ(d.view.dtype, DataType::kBFloat16);
+  EXPECT_EQ(d.view.data, static_cast<const void*>(t.data().data()));
+  EXPECT_TRUE(d.float_storage.empty() && d.half_storage.empty());
+  std::vector<float> back(floats.size());
+  HalfToFloat(HalfType::kBFloat16, d.view.bf16(), back.data(), static_cast<int64_t>(back.size()));
+  EXPECT_EQ(back, floats);
+
+  // Unaligned bytes: a bf16 copy.
+  const std::string shifted = " " + t.data();
+  wire::WireTensor w = wire::FromNative(t);
+  w.raw = std::string_view(shifted).substr(1);
+  wire::DecodedTensor u;
+  ASSERT_TRUE(wire::DecodeTensor(w, "query", DataType::kBFloat16, 100, &u).ok());
+  EXPECT_EQ(u.view.dtype, DataType::kBFloat16);
+  EXPECT_EQ(u.half_storage.size(), floats.size());
+  HalfToFloat(HalfType::kBFloat16, u.view.bf16(), back.data(), static_cast<int64_t>(back.size()));
+  EXPECT_EQ(back, floats);
+
+  wire::DecodedTensor f;
+  const Status st = wire::DecodeTensor(Floats({2, 3}, 6), "query", DataType::kBFloat16, 100, &f);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("query: dtype must be BFLOAT16, got DATA_TYPE_FLOAT32"),
+            std::string::npos)
+      << st.message();
 }
 
 TEST(TensorCodec, OverTheElementLimitIsResourceExhausted) {

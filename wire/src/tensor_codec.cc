@@ -32,7 +32,15 @@ Status ViewRaw(const WireTensor& t, const std::string& field, int64_t numel, Dec
   out->encoding = Encoding::kData;
   const bool aligned =
       reinterpret_cast<uintptr_t>(t.raw.data()) % static_cast<uintptr_t>(elem) == 0;
-  if (IsHalf(t.type)) {
+  if (out->view.dtype == DataType::kBFloat16) {  // kept as bf16: viewed in place
+    if (aligned) {
+      out->view.data = t.raw.data();
+    } else {
+      out->half_storage.resize(static_cast<size_t>(numel));
+      std::memcpy(out->half_storage.data(), t.raw.data(), t.raw.size());
+      out->view.data = out->half_storage.data();
+    }
+  } else if (IsHalf(t.type)) {
     out->float_storage.resize(static_cast<size_t>(numel));
     const auto* src = reinterpret_cast<const uint16_t*>(t.raw.data());
     std::vector<uint16_t> copy;
@@ -158,12 +166,16 @@ Status DecodeTensor(const attention::v1::Tensor& t, const std::string& field, Da
 Status DecodeTensor(const WireTensor& t, const std::string& field, DataType expected,
                     int64_t max_elements, DecodedTensor* out) {
   const bool want_bool = expected == DataType::kBool;
-  const bool type_ok =
-      want_bool ? t.type == WireType::kBool : (t.type == WireType::kFloat32 || IsHalf(t.type));
+  const bool type_ok = want_bool ? t.type == WireType::kBool
+                       : expected == DataType::kBFloat16
+                           ? t.type == WireType::kBFloat16
+                           : (t.type == WireType::kFloat32 || IsHalf(t.type));
   if (!type_ok) {
     return Status::InvalidArgument(field + ": " + t.type_field + " must be " +
-                                   (want_bool ? t.bool_type : t.float_types) + ", got " +
-                                   t.type_name);
+                                   (want_bool                               ? t.bool_type
+                                    : expected == DataType::kBFloat16 ? "BFLOAT16"
+                                                                            : t.float_types) +
+                                   ", got " + t.type_name);
   }
   if (static_cast<int>(t.shape.size()) > kMaxRank) {
     return Status::InvalidArgument(field + ": rank must be at most " + std::to_string(kMaxRank) +

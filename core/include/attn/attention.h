@@ -129,7 +129,7 @@ StatusOr<AttentionResult> ScaledDotProductAttention(
 // A linear layer in nn.Linear layout: y = x W^T + b, W is [out, in].
 struct LinearView {
   TensorView weight;
-  std::optional<TensorView> bias;  // [out]
+  std::optional<TensorView> bias = std::nullopt;  // [out]
   // Optional: the same weight packed as W^T, [in, out] with unit column
   // stride (its owner made it once; models do for small layers on the AVX2
   // tier). Tiny products then run on core's own kernel without oneDNN's

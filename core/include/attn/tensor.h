@@ -21,6 +21,9 @@ namespace attn {
 enum class DataType {
   kFloat32,
   kBool,  // one byte per element, 0 = false, anything else = true
+  // bfloat16 bits (attn/half.h). Only SDPA's query, key and value take it,
+  // and only in a call that computes in bfloat16 (attn/attention.h).
+  kBFloat16,
 };
 
 const char* DataTypeName(DataType dtype);
@@ -52,6 +55,8 @@ struct TensorView {
   static TensorView Dense(const float* data, Shape shape);
   // `data` holds one byte per element (0 = false).
   static TensorView DenseBool(const uint8_t* data, Shape shape);
+  // `data` holds bfloat16 bits.
+  static TensorView DenseBf16(const uint16_t* data, Shape shape);
 
   int rank() const { return static_cast<int>(shape.size()); }
   // Negative indices count from the end, as in Python.
@@ -59,6 +64,7 @@ struct TensorView {
   int64_t stride(int i) const { return strides[i < 0 ? strides.size() + i : i]; }
   const float* f32() const { return static_cast<const float*>(data); }
   const uint8_t* u8() const { return static_cast<const uint8_t*>(data); }
+  const uint16_t* bf16() const { return static_cast<const uint16_t*>(data); }
 };
 
 namespace detail {

@@ -23,7 +23,7 @@
 #include "kernels/primitive_cache.h"
 #include "kernels/small_matmul.h"
 #include "kernels/softmax_kernels.h"
-#include "kernels/block_workspace.h"
+#include "kernels/block_operands.h"
 
 namespace attn::internal {
 namespace {
@@ -179,11 +179,6 @@ class BlockedAttention {
   static const float* Row(const Strided4D& t, int64_t b, int64_t h, int64_t i) {
     return t.data + b * t.stride[0] + h * t.stride[1] + i * t.stride[2];
   }
-  // Row i of the key or value head that query head h reads (GQA grouping).
-  const float* KvRow(const Strided4D& t, int64_t b, int64_t h, int64_t i) const {
-    return Row(t, b, h / p_.kv_group, i);
-  }
-
   // All heads of `t` ([B, H, rows, cols]) as dense [B * H, rows, cols]:
   // the tensor itself when it is laid out so, else a copy in `buf`.
   const float* DenseHeads(const Strided4D& t, int64_t rows, int64_t cols, FloatBuffer& buf) const {
@@ -208,34 +203,13 @@ class BlockedAttention {
   // end), which only some rows see, in blocks of kEdgeK, each multiplied
   // for just the rows that see any of its keys. So a causal diagonal costs
   // about a sixth more than its triangle instead of twice it.
-  // The task's query rows as a dense [qn * G, D] block: one head's rows
-  // when G = 1 (the view itself when dense), else the G heads interleaved
-  // per position.
-  const float* StackedQueries(const Block& blk, Workspace& ws) const {
-    const int64_t g = group_, d = p_.d;
-    if (g == 1) {
-      return DenseRows(Row(p_.q, blk.b, blk.h, blk.q0), blk.qn, d, p_.q.stride[2], p_.q.stride[3],
-                       ws.qp);
-    }
-    float* dst = Workspace::Ensure(ws.qp, blk.qn * g * d);
-    for (int64_t i = 0; i < blk.qn; ++i) {
-      for (int64_t j = 0; j < g; ++j) {
-        CopyRows(Row(p_.q, blk.b, blk.h + j, blk.q0 + i), 1, d, 0, p_.q.stride[3],
-                 dst + (i * g + j) * d);
-      }
-    }
-    return dst;
-  }
-
   Status RunOnline(const Block& blk, Workspace& ws, const std::atomic<bool>* cancelled) const {
     // The task's rows: group_ heads per query position, position-major (row
     // r is position q0 + r / G of head h + r % G), so that the key range
     // still rises with the row.
     const int64_t g = group_, qn = blk.qn * g, q0 = blk.q0, d = p_.d, dv = p_.dv;
-    const float* q = StackedQueries(blk, ws);
-    // The bf16 path rounds the task's queries once.
-    const void* qs = p_.bf16 ? static_cast<const void*>(ToBf16(q, qn * d, ws.q16)) : q;
-    const int64_t q_bytes = p_.bf16 ? 2 : 4;
+    const auto* q = static_cast<const char*>(TaskQueries(p_, g, blk.b, blk.h, q0, blk.qn, ws));
+    const int64_t q_bytes = p_.bf16 ? 2 : 4;  // the compute type's
     int64_t lo_first = 0, hi_first = 0, lo_last = 0, hi_last = 0;
     p_.KeyRange(q0, &lo_first, &hi_first);
     p_.KeyRange(q0 + blk.qn - 1, &lo_last, &hi_last);
@@ -278,13 +252,12 @@ class BlockedAttention {
         continue;
       }
       const int64_t rows = r1 - r0;
-      const float* k =
-          DenseRows(KvRow(p_.k, blk.b, blk.h, k0), kn, d, p_.k.stride[2], p_.k.stride[3], ws.kp);
-      const float* v =
-          DenseRows(KvRow(p_.v, blk.b, blk.h, k0), kn, dv, p_.v.stride[2], p_.v.stride[3], ws.vp);
+      const int64_t kvh = blk.h / p_.kv_group;
+      const void* k = KvBlock(p_, p_.k, d, blk.b, kvh, k0, kn, ws.kp, ws.k16);
+      const void* v = KvBlock(p_, p_.v, dv, blk.b, kvh, k0, kn, ws.vp, ws.v16);
 
       // S = Q K^T for the rows that see the block.
-      Scores(rows, kn, static_cast<const char*>(qs) + r0 * d * q_bytes, k, s, ws);
+      BlockScores(p_, rows, kn, q + r0 * d * q_bytes, k, s);
 
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t i = r0 + r, head = blk.h + i % g, pos = q0 + i / g;
@@ -327,7 +300,7 @@ class BlockedAttention {
           kern_.scale(o + i * dv, dv, alpha[i]);
         }
       }
-      AccumulatePv(rows, kn, s, v, o + r0 * dv, ws);
+      BlockAccumulatePv(p_, rows, kn, s, v, o + r0 * dv, ws);
       k0 += kn;
     }
 
@@ -345,30 +318,6 @@ class BlockedAttention {
       for (int64_t c = 0; c < dv; ++c) dst[c] = o[i * dv + c] * f.factor;
     }
     return Status::Ok();
-  }
-
-  // S = Q K^T for a dense K block (a transposed tag); q is float32, or bf16 with bf16.
-  void Scores(int64_t rows, int64_t kn, const void* q, const float* k, float* s,
-              Workspace& ws) const {
-    const int64_t d = p_.d;
-    const MatmulShape qk{rows, kn, d, d, d, kn, /*b_transposed=*/true, false, false, 1};
-    if (p_.bf16) {
-      MatmulBf16(qk, static_cast<const uint16_t*>(q), ToBf16(k, kn * d, ws.k16), s);
-    } else {
-      Matmul(qk, static_cast<const float*>(q), k, s);
-    }
-  }
-
-  // O += P V for a dense V block; bf16 rounds P here, only as this operand.
-  void AccumulatePv(int64_t rows, int64_t kn, const float* p, const float* v, float* o,
-                    Workspace& ws) const {
-    const int64_t dv = p_.dv;
-    const MatmulShape pv{rows, dv, kn, kn, dv, dv, false, false, /*accumulate=*/true, 1};
-    if (p_.bf16) {
-      MatmulBf16(pv, ToBf16(p, rows * kn, ws.p16), ToBf16(v, kn * dv, ws.v16), o);
-    } else {
-      Matmul(pv, p, v, o);
-    }
   }
 
   bool GeneralScores() const { return HasScoreTerms(p_); }

@@ -20,6 +20,8 @@ constexpr double kSerialFlops = 4.0e6;
 struct Strided4D {
   const float* data = nullptr;
   int64_t stride[4] = {0, 0, 0, 0};
+  // Instead of `data`: bfloat16 elements (only in a bf16 problem).
+  const uint16_t* data16 = nullptr;
 };
 
 struct AttentionProblem {

@@ -13,6 +13,8 @@ const char* DataTypeName(DataType dtype) {
       return "float32";
     case DataType::kBool:
       return "bool";
+    case DataType::kBFloat16:
+      return "bfloat16";
   }
   return "unknown";
 }
@@ -81,6 +83,10 @@ TensorView TensorView::Dense(const float* data, Shape shape) {
 
 TensorView TensorView::DenseBool(const uint8_t* data, Shape shape) {
   return DenseView(DataType::kBool, data, std::move(shape));
+}
+
+TensorView TensorView::DenseBf16(const uint16_t* data, Shape shape) {
+  return DenseView(DataType::kBFloat16, data, std::move(shape));
 }
 
 namespace {

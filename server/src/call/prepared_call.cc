@@ -66,6 +66,22 @@ Status DecodeMasks(const CallRequest& req, const RequestLimits& limits, Prepared
 
 // query, and key + value (both or neither: query alone is self-attention).
 // The response takes the query's encoding and float type.
+// True when a BFLOAT16 query, key and value will compute in bf16 as they
+// are: SDPA through Attention (no projections) without the weights, whose
+// precision resolves to bf16. Then they are viewed in place, never widened
+// to float32 and rounded back (core's only bf16 inputs).
+bool KeepBf16(const CallRequest& req, const RequestLimits& limits) {
+  if (req.op != CallOp::kAttention || !req.model.empty() || req.projections != nullptr ||
+      req.return_weights) {
+    return false;
+  }
+  for (const auto* t : {&req.query, &req.key, &req.value}) {
+    if (t->has_value() && (*t)->type != wire::WireType::kBFloat16) return false;
+  }
+  return ResolvePrecision(req.precision, limits.compute_precision, /*bf16_query=*/true,
+                          Bf16ComputeAvailable()) == UsedPrecision::kBFloat16;
+}
+
 Status DecodeQueryKeyValue(const CallRequest& req, const RequestLimits& limits, PreparedCall* call,
                            const TensorView** query, const TensorView** key,
                            const TensorView** value) {
@@ -78,18 +94,19 @@ Status DecodeQueryKeyValue(const CallRequest& req, const RequestLimits& limits, 
         "key and value: set both or neither (query alone is self-attention), got only " +
         std::string(req.key ? "key" : "value"));
   }
-  auto q = Decode(*req.query, qf, DataType::kFloat32, limits, call);
+  const DataType type = KeepBf16(req, limits) ? DataType::kBFloat16 : DataType::kFloat32;
+  auto q = Decode(*req.query, qf, type, limits, call);
   if (!q.ok()) return q.status();
   call->encoding = call->tensors.back().encoding;
   call->output_type = call->tensors.back().type;
   *query = *key = *value = *q;
   if (req.key) {
-    auto k = Decode(*req.key, kf, DataType::kFloat32, limits, call);
+    auto k = Decode(*req.key, kf, type, limits, call);
     if (!k.ok()) return k.status();
     *key = *value = *k;
   }
   if (!cross && req.value) {
-    auto v = Decode(*req.value, "value", DataType::kFloat32, limits, call);
+    auto v = Decode(*req.value, "value", type, limits, call);
     if (!v.ok()) return v.status();
     *value = *v;
   }

@@ -57,11 +57,13 @@ struct DecodedTensor {
   WireType type = WireType::kFloat32;  // as sent
   std::vector<uint8_t> bool_storage;   // BOOL sent as floats
   std::vector<float> float_storage;    // FLOAT16/BFLOAT16, widened
+  std::vector<uint16_t> half_storage;  // BFLOAT16 kept, when its bytes are unaligned
 };
 
 // Checks `t` and views it. `field` names it in errors ("query",
 // "projections.q_weight"). `expected` is what the field takes: kFloat32
-// (sent as float32, float16 or bfloat16) or kBool. Errors: INVALID_ARGUMENT
+// (sent as float32, float16 or bfloat16), kBool, or kBFloat16 (sent as
+// BFLOAT16 and viewed as bf16 in place: a call that computes in bf16). Errors: INVALID_ARGUMENT
 // for a bad dtype, negative dim, rank over 8, both or neither of raw/typed,
 // a half type sent typed, or a size that is not the product of the dims;
 // RESOURCE_EXHAUSTED above `max_elements`. Allocates at most 4 bytes per
