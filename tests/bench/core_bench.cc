@@ -56,37 +56,15 @@ std::string PrecisionLabel(attn::ComputePrecision asked, attn::ComputePrecision 
   return asked == attn::ComputePrecision::kBFloat16 ? "float32 (no bf16 matrix tier)" : "float32";
 }
 
-// SDPA with B=1, H=8, Dh=64 on [B, H, L, Dh] tensors.
-void BM_Sdpa(benchmark::State& state) {
-  const int64_t b = 1, h = 8, d = 64, l = state.range(0);
-  const bool causal = state.range(1) != 0;
+// SDPA with B=1, H=8, Dh=64 on [B, H, L, Dh] tensors, causal or not, in
+// `precision`; the label says what core computed.
+void RunSdpa(benchmark::State& state, int64_t l, bool causal, attn::ComputePrecision precision) {
+  const int64_t b = 1, h = 8, d = 64;
   auto q = Random(b * h * l * d, 1), k = Random(b * h * l * d, 2), v = Random(b * h * l * d, 3);
   const attn::Shape shape = {b, h, l, d};
   attn::ScaledDotProductAttentionOptions opt;
   opt.masks.causal = causal;
-  for (auto _ : state) {
-    auto r = attn::ScaledDotProductAttention(attn::TensorView::Dense(q.data(), shape),
-                                             attn::TensorView::Dense(k.data(), shape),
-                                             attn::TensorView::Dense(v.data(), shape), opt);
-    if (!r.ok()) state.SkipWithError(r.status().ToString().c_str());
-    benchmark::DoNotOptimize(r);
-  }
-  // Two matmuls of 2*L*L*D each; causal counts only the unmasked pairs.
-  const double pairs = causal ? l * (l + 1) / 2.0 : static_cast<double>(l) * l;
-  state.counters["GFLOPS"] = benchmark::Counter(4.0 * b * h * d * pairs / 1e9,
-                                                benchmark::Counter::kIsIterationInvariantRate);
-}
-
-// Issue 24's SDPA row, L = 2048, H8 D64, in float32 and bfloat16 (bf16: 1):
-// bfloat16 where the CPU has a bf16 matrix tier, else it computes float32
-// (the label says which).
-void BM_SdpaPrecision(benchmark::State& state) {
-  const int64_t b = 1, h = 8, d = 64, l = state.range(0);
-  const bool bf16 = state.range(1) != 0;
-  auto q = Random(b * h * l * d, 1), k = Random(b * h * l * d, 2), v = Random(b * h * l * d, 3);
-  const attn::Shape shape = {b, h, l, d};
-  attn::ScaledDotProductAttentionOptions opt;
-  opt.compute_precision = bf16 ? attn::ComputePrecision::kBFloat16 : attn::ComputePrecision::kFloat32;
+  opt.compute_precision = precision;
   attn::ComputePrecision used = attn::ComputePrecision::kFloat32;
   for (auto _ : state) {
     auto r = attn::ScaledDotProductAttention(attn::TensorView::Dense(q.data(), shape),
@@ -96,9 +74,27 @@ void BM_SdpaPrecision(benchmark::State& state) {
     if (r.ok()) used = r->compute_precision;
     benchmark::DoNotOptimize(r);
   }
-  state.counters["GFLOPS"] = benchmark::Counter(4.0 * b * h * d * l * l / 1e9,
+  // Two matmuls of 2*L*L*D each; causal counts only the unmasked pairs.
+  const double pairs = causal ? l * (l + 1) / 2.0 : static_cast<double>(l) * l;
+  state.counters["GFLOPS"] = benchmark::Counter(4.0 * b * h * d * pairs / 1e9,
                                                 benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(PrecisionLabel(opt.compute_precision, used));
+  if (precision == attn::ComputePrecision::kBFloat16) {
+    state.SetLabel(PrecisionLabel(precision, used));
+  }
+}
+
+void BM_Sdpa(benchmark::State& state) {
+  RunSdpa(state, state.range(0), state.range(1) != 0, attn::ComputePrecision::kFloat32);
+}
+
+// Issue 24's SDPA row, L = 2048, H8 D64, in float32 and bfloat16 (bf16: 1):
+// bfloat16 where the CPU has a bf16 matrix tier, else it computes float32
+// (the label says which).
+void BM_SdpaPrecision(benchmark::State& state) {
+  const bool bf16 = state.range(1) != 0;
+  RunSdpa(state, state.range(0), false,
+          bf16 ? attn::ComputePrecision::kBFloat16 : attn::ComputePrecision::kFloat32);
+  if (!bf16) state.SetLabel("float32");
 }
 
 // The variants of issue 23, each on its own shape, D=128 unless said; the
@@ -243,8 +239,9 @@ void BM_Mha(benchmark::State& state) { RunMha(state, false); }
 // Issue 24's MHA row (B1 L2048 E512 H8, a model's weights) in float32 and
 // bfloat16 (bf16: 1); the label says what core computed.
 void BM_MhaPrecision(benchmark::State& state) {
+  const bool bf16 = state.range(2) != 0;
   RunMha(state, false, 512, 8, 0, true,
-         state.range(2) != 0 ? attn::ComputePrecision::kBFloat16 : attn::ComputePrecision::kFloat32);
+         bf16 ? attn::ComputePrecision::kBFloat16 : attn::ComputePrecision::kFloat32);
 }
 void BM_MhaWeights(benchmark::State& state) { RunMha(state, true); }
 // The server benchmark's small request: E=64, 4 heads, on one thread, with

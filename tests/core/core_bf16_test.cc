@@ -24,6 +24,7 @@
 #include "attn/cpu_info.h"
 #include "attn/half.h"
 #include "float64_reference.h"
+#include "variant_options.h"
 #include "variants_reference.h"
 
 namespace attn {
@@ -32,6 +33,7 @@ namespace {
 using attn_test::Case;
 using attn_test::Inputs;
 using attn_test::MakeInputs;
+using attn_test::OptionsFor;
 using attn_test::Ref;
 using attn_test::Reference;
 
@@ -57,20 +59,6 @@ double P99(std::vector<double> e) {
   const size_t k = std::min(e.size() - 1, static_cast<size_t>(0.99 * static_cast<double>(e.size())));
   std::nth_element(e.begin(), e.begin() + static_cast<std::ptrdiff_t>(k), e.end());
   return e[k];
-}
-
-ScaledDotProductAttentionOptions OptionsFor(const Case& c, const Inputs& in) {
-  ScaledDotProductAttentionOptions o;
-  o.masks.causal = c.causal;
-  o.masks.causal_alignment =
-      c.bottom_right ? CausalAlignment::kBottomRight : CausalAlignment::kTopLeft;
-  o.masks.window_left = c.wl, o.masks.window_right = c.wr;
-  if (c.kpm) o.masks.key_padding_mask = TensorView::DenseBool(in.kpm.data(), {c.b, c.lk});
-  if (c.softcap > 0) o.score.softcap = c.softcap;
-  if (c.alibi) o.score.alibi_slopes = TensorView::Dense(in.alibi.data(), {c.b, c.hq});
-  if (c.sink) o.score.sink_logits = TensorView::Dense(in.sink.data(), {c.hq});
-  o.score.return_lse = true;
-  return o;
 }
 
 // Runs the case in bf16 and float32; errors over the reference's rows.

@@ -18,6 +18,7 @@
 
 #include "attn/attention.h"
 #include "status_matchers.h"
+#include "variant_options.h"
 #include "variants_reference.h"
 
 namespace attn {
@@ -26,25 +27,10 @@ namespace {
 using attn_test::Case;
 using attn_test::Inputs;
 using attn_test::MakeInputs;
+using attn_test::OptionsFor;
 using attn_test::Ref;
 using attn_test::Reference;
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-ScaledDotProductAttentionOptions OptionsFor(const Case& c, const Inputs& in) {
-  ScaledDotProductAttentionOptions o;
-  o.masks.causal = c.causal;
-  o.masks.causal_alignment =
-      c.bottom_right ? CausalAlignment::kBottomRight : CausalAlignment::kTopLeft;
-  o.masks.window_left = c.wl, o.masks.window_right = c.wr;
-  if (c.kpm) o.masks.key_padding_mask = TensorView::DenseBool(in.kpm.data(), {c.b, c.lk});
-  if (c.bias) o.masks.attn_bias = TensorView::Dense(in.bias.data(), {c.b, c.hq, c.lq, c.lk});
-  if (c.softcap > 0) o.score.softcap = c.softcap;
-  if (c.alibi) o.score.alibi_slopes = TensorView::Dense(in.alibi.data(), {c.b, c.hq});
-  if (c.sink) o.score.sink_logits = TensorView::Dense(in.sink.data(), {c.hq});
-  o.score.return_lse = true;
-  o.need_weights = c.need_weights;
-  return o;
-}
 
 StatusOr<AttentionResult> RunSdpa(const Case& c, const Inputs& in) {
   const TensorView q = TensorView::Dense(in.q.data(), {c.b, c.hq, c.lq, c.d});
