@@ -75,8 +75,8 @@ Status CheckPackedInputs(const TensorView& q, const TensorView& k, const TensorV
     ATTN_RETURN_IF_ERROR(ValidateFloatView(*t, name, 3, 3, /*allow_bf16=*/true));
   }
   ATTN_RETURN_IF_ERROR(CheckSameDtype(q, k, v));
-  ATTN_RETURN_IF_ERROR(CheckBf16Allowed(q, opt.compute_precision == ComputePrecision::kBFloat16 &&
-                                               Bf16ComputeAvailable()));
+  ATTN_RETURN_IF_ERROR(CheckBf16Allowed(
+      q, opt.compute_precision == ComputePrecision::kBFloat16 && Bf16ComputeAvailable()));
   const int64_t hq = q.shape[1], hkv = k.shape[1];
   if (hkv == 0 ? hq != 0 : hq % hkv != 0) {
     return Status::InvalidArgument("key: dim 1 (kv heads) must divide query's heads (" + Num(hq) +

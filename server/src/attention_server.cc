@@ -53,8 +53,9 @@ void LogListening(const ServerConfig& config, int port, int threads) {
                   config.host, port, threads, AvailableCpus(), OneDnnIsaName(),
                   IsaTierName(KernelTier()), EngineTierName(), Bf16TierName(Bf16MatrixTier()),
                   Bf16MatrixTier() != Bf16Tier::kNone ? "yes"
-                  : Bf16Emulated() ? "emulated (ATTN_BF16_EMULATION=1, for tests: slower than float32)"
-                                   : "no, every call is float32",
+                  : Bf16Emulated()
+                      ? "emulated (ATTN_BF16_EMULATION=1, for tests: slower than float32)"
+                      : "no, every call is float32",
                   policy == PrecisionPolicy::kFloat32    ? "float32"
                   : policy == PrecisionPolicy::kBFloat16 ? "bfloat16"
                                                          : "auto"));

@@ -56,7 +56,8 @@ struct Errors {
 
 double P99(std::vector<double> e) {
   if (e.empty()) return 0;
-  const size_t k = std::min(e.size() - 1, static_cast<size_t>(0.99 * static_cast<double>(e.size())));
+  const size_t k =
+      std::min(e.size() - 1, static_cast<size_t>(0.99 * static_cast<double>(e.size())));
   std::nth_element(e.begin(), e.begin() + static_cast<std::ptrdiff_t>(k), e.end());
   return e[k];
 }
@@ -102,9 +103,7 @@ Errors Measure(const Case& c, int64_t row_step) {
   return e;
 }
 
-std::string MaskName(int mask) {
-  return mask == 0 ? "none" : mask == 1 ? "causal" : "gqa+all";
-}
+std::string MaskName(int mask) { return mask == 0 ? "none" : mask == 1 ? "causal" : "gqa+all"; }
 
 Case CaseFor(int64_t l, int64_t d, int mask) {
   Case c;
@@ -194,7 +193,8 @@ TEST_F(Bf16Compute, PackedBatchWithinContract) {
       for (int64_t i = 0; i < c.lq; ++i) {
         for (int64_t x = 0; x < c.dv; ++x) {
           const size_t at = static_cast<size_t>(((pk.cu_q[s] + i) * pk.hq + h) * pk.dv + x);
-          worst = std::max(worst, std::abs(got->output.data[at] - want.out[(h * c.lq + i) * c.dv + x]));
+          worst =
+              std::max(worst, std::abs(got->output.data[at] - want.out[(h * c.lq + i) * c.dv + x]));
           vs_f32 = std::max(vs_f32, std::abs(double{got->output.data[at]} - f32->output.data[at]));
         }
       }
@@ -241,7 +241,8 @@ TEST_F(Bf16Compute, Bf16ViewsAreReadInPlace) {
   std::vector<uint16_t> kt(k16.size());
   for (int64_t h = 0; h < c.b * c.hkv; ++h)
     for (int64_t j = 0; j < c.lk; ++j)
-      for (int64_t x = 0; x < c.d; ++x) kt[(h * c.d + x) * c.lk + j] = k16[(h * c.lk + j) * c.d + x];
+      for (int64_t x = 0; x < c.d; ++x)
+        kt[(h * c.d + x) * c.lk + j] = k16[(h * c.lk + j) * c.d + x];
   TensorView k_strided = TensorView::DenseBf16(kt.data(), ks);
   k_strided.strides = {c.hkv * c.d * c.lk, c.d * c.lk, 1, c.lk};
   auto strided = ScaledDotProductAttention(q, k_strided, v, opt);
@@ -256,14 +257,16 @@ TEST_F(Bf16Compute, Bf16ViewsAreReadInPlace) {
   auto refused = ScaledDotProductAttention(q, k, v, f32);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("query: bfloat16 views need a call that computes"),
-            std::string::npos) << refused.status().message();
+            std::string::npos)
+      << refused.status().message();
   ScaledDotProductAttentionOptions weights = opt;
   weights.need_weights = true;
   EXPECT_FALSE(ScaledDotProductAttention(q, k, v, weights).ok());
   auto mixed = ScaledDotProductAttention(q, TensorView::Dense(in.k.data(), ks), v, opt);
   ASSERT_FALSE(mixed.ok());
   EXPECT_NE(mixed.status().message().find("key: dtype must equal query's (bfloat16), got float32"),
-            std::string::npos) << mixed.status().message();
+            std::string::npos)
+      << mixed.status().message();
   // The estimate validates alike.
   EXPECT_TRUE(EstimateScaledDotProductAttention(q, k, v, opt).ok());
   EXPECT_FALSE(EstimateScaledDotProductAttention(q, k, v, f32).ok());
@@ -284,13 +287,14 @@ TEST_F(Bf16Compute, PackedBf16ViewsAreReadInPlace) {
   opt.masks.causal = true;
   opt.cu_seqlens_q = pk.cu_q, opt.cu_seqlens_k = pk.cu_k;
   opt.compute_precision = ComputePrecision::kBFloat16;
-  auto widened = ScaledDotProductAttention(TensorView::Dense(pk.q.data(), {tq, pk.hq, pk.d}),
-                                           TensorView::Dense(pk.k.data(), {tk, pk.hkv, pk.d}),
-                                           TensorView::Dense(pk.v.data(), {tk, pk.hkv, pk.dv}), opt);
-  auto in_place = ScaledDotProductAttention(TensorView::DenseBf16(q16.data(), {tq, pk.hq, pk.d}),
-                                            TensorView::DenseBf16(k16.data(), {tk, pk.hkv, pk.d}),
-                                            TensorView::DenseBf16(v16.data(), {tk, pk.hkv, pk.dv}),
-                                            opt);
+  auto widened =
+      ScaledDotProductAttention(TensorView::Dense(pk.q.data(), {tq, pk.hq, pk.d}),
+                                TensorView::Dense(pk.k.data(), {tk, pk.hkv, pk.d}),
+                                TensorView::Dense(pk.v.data(), {tk, pk.hkv, pk.dv}), opt);
+  auto in_place =
+      ScaledDotProductAttention(TensorView::DenseBf16(q16.data(), {tq, pk.hq, pk.d}),
+                                TensorView::DenseBf16(k16.data(), {tk, pk.hkv, pk.d}),
+                                TensorView::DenseBf16(v16.data(), {tk, pk.hkv, pk.dv}), opt);
   ASSERT_TRUE(widened.ok() && in_place.ok()) << in_place.status().ToString();
   EXPECT_EQ(in_place->output.data, widened->output.data);
 }
@@ -336,9 +340,12 @@ TEST_F(Bf16Compute, MultiHeadAttentionProjectionsWithinContract) {
   auto sub = [](const std::vector<float>& w, int64_t from, int64_t n) {
     return attn_test::ToDouble(w.data() + from, static_cast<size_t>(n));
   };
-  const std::vector<double> pq = attn_test::ReferenceLinear(xd, b * l, e, sub(in_w, 0, e * e), e, sub(in_b, 0, e));
-  const std::vector<double> pk = attn_test::ReferenceLinear(xd, b * l, e, sub(in_w, e * e, e * e), e, sub(in_b, e, e));
-  const std::vector<double> pv = attn_test::ReferenceLinear(xd, b * l, e, sub(in_w, 2 * e * e, e * e), e, sub(in_b, 2 * e, e));
+  const std::vector<double> pq =
+      attn_test::ReferenceLinear(xd, b * l, e, sub(in_w, 0, e * e), e, sub(in_b, 0, e));
+  const std::vector<double> pk =
+      attn_test::ReferenceLinear(xd, b * l, e, sub(in_w, e * e, e * e), e, sub(in_b, e, e));
+  const std::vector<double> pv =
+      attn_test::ReferenceLinear(xd, b * l, e, sub(in_w, 2 * e * e, e * e), e, sub(in_b, 2 * e, e));
   attn_test::RefProblem rp;
   const int64_t dh = e / h;
   rp.b = b, rp.h = h, rp.lq = l, rp.lk = l, rp.d = dh, rp.dv = dh;
@@ -361,14 +368,15 @@ TEST_F(Bf16Compute, MultiHeadAttentionProjectionsWithinContract) {
       for (int64_t i = 0; i < l; ++i)
         for (int64_t c = 0; c < dh; ++c)
           merged[(bb * l + i) * e + hh * dh + c] = att.out[((bb * h + hh) * l + i) * dh + c];
-  const std::vector<double> want = attn_test::ReferenceLinear(merged, b * l, e, sub(out_w, 0, e * e), e, sub(out_b, 0, e));
+  const std::vector<double> want =
+      attn_test::ReferenceLinear(merged, b * l, e, sub(out_w, 0, e * e), e, sub(out_b, 0, e));
 
   double worst = 0, vs_f32 = 0, here_vs_packed = 0;
   for (size_t i = 0; i < want.size(); ++i) {
     worst = std::max(worst, std::abs(packed->output.data[i] - want[i]));
     vs_f32 = std::max(vs_f32, std::abs(double{packed->output.data[i]} - f32->output.data[i]));
-    here_vs_packed = std::max(here_vs_packed, std::abs(double{packed->output.data[i]} -
-                                                       rounded_here->output.data[i]));
+    here_vs_packed = std::max(
+        here_vs_packed, std::abs(double{packed->output.data[i]} - rounded_here->output.data[i]));
   }
   EXPECT_LT(worst, kBf16Tolerance);
   EXPECT_GT(vs_f32, kVisiblyBf16);

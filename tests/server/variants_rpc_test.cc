@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
@@ -19,6 +20,7 @@
 #include "attn/half.h"
 #include "attn/model.h"
 #include "host_array.h"
+#include "inference/open_inference_grpc.grpc.pb.h"
 #include "test_server.h"
 #include "variants_reference.h"
 
@@ -304,8 +306,7 @@ TEST_F(VariantsRpc, AnswersSayTheirComputePrecision) {
       ASSERT_NE(it, md.end());
       const bool may_bf16 = precision == attention::v1::PRECISION_BFLOAT16 ||
                             (precision == attention::v1::PRECISION_UNSPECIFIED && bf16_wire);
-      EXPECT_EQ(std::string(it->second.data(), it->second.size()),
-                may_bf16 ? want_bf16 : "float32")
+      EXPECT_EQ(std::string(it->second.data(), it->second.size()), may_bf16 ? want_bf16 : "float32")
           << "precision " << precision << " bf16 wire " << bf16_wire;
     }
   }
@@ -327,7 +328,8 @@ TEST_F(VariantsRpc, Bf16ComputeAnswersWithinTheContract) {
   auto precision_of = [](const grpc::ClientContext& ctx) {
     const auto& md = ctx.GetServerInitialMetadata();
     const auto it = md.find("attn-compute-precision");
-    return it == md.end() ? std::string("(none)") : std::string(it->second.data(), it->second.size());
+    return it == md.end() ? std::string("(none)")
+                          : std::string(it->second.data(), it->second.size());
   };
   attention::v1::AttentionRequest req = Request(c, in, wire::Encoding::kData);
   req.mutable_options()->set_compute_precision(attention::v1::PRECISION_BFLOAT16);
@@ -344,6 +346,48 @@ TEST_F(VariantsRpc, Bf16ComputeAnswersWithinTheContract) {
   EXPECT_LT(worst, bf16 ? 3e-2 : 2e-5);
   if (bf16) {
     EXPECT_GT(worst, 2e-4) << "a bfloat16 answer as exact as float32's";
+  }
+
+  // OIP: the same call through ModelInfer with compute_precision "bf16";
+  // its response parameter says what was used, and the output matches.
+  {
+    auto oip =
+        inference::GRPCInferenceService::NewStub(client::Connect(attn_test::Target(*server_)));
+    inference::ModelInferRequest ireq;
+    ireq.set_model_name("scaled_dot_product_attention");
+    auto add = [&](const char* name, const std::vector<float>& x, Shape shape) {
+      auto* t = ireq.add_inputs();
+      t->set_name(name), t->set_datatype("FP32");
+      for (int64_t d : shape) t->add_shape(d);
+      for (float f : x) t->mutable_contents()->add_fp32_contents(f);
+    };
+    add("query", in.q, {c.b, c.hq, c.lq, c.d});
+    add("key", in.k, {c.b, c.hkv, c.lk, c.d});
+    add("value", in.v, {c.b, c.hkv, c.lk, c.dv});
+    add("alibi_slopes", in.alibi, {c.b, c.hq});
+    add("sink_logits", in.sink, {c.hq});
+    (*ireq.mutable_parameters())["causal"].set_bool_param(true);
+    (*ireq.mutable_parameters())["causal_alignment"].set_string_param("bottom_right");
+    (*ireq.mutable_parameters())["compute_precision"].set_string_param("bf16");
+    grpc::ClientContext ictx;
+    inference::ModelInferResponse iresp;
+    const grpc::Status ist = oip->ModelInfer(&ictx, ireq, &iresp);
+    ASSERT_TRUE(ist.ok()) << ist.error_message();
+    EXPECT_EQ(iresp.parameters().at("compute_precision").string_param(), bf16 ? "bf16" : "fp32");
+    ASSERT_GE(iresp.outputs_size(), 1);
+    const auto& o = iresp.outputs(0);
+    std::vector<float> got(o.contents().fp32_contents().begin(),
+                           o.contents().fp32_contents().end());
+    if (got.empty() && iresp.raw_output_contents_size() > 0) {
+      got.resize(iresp.raw_output_contents(0).size() / 4);
+      std::memcpy(got.data(), iresp.raw_output_contents(0).data(), got.size() * 4);
+    }
+    ASSERT_EQ(got.size(), want.out.size());
+    double oip_worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      oip_worst = std::max(oip_worst, std::abs(got[i] - want.out[i]));
+    }
+    EXPECT_LT(oip_worst, bf16 ? 3e-2 : 2e-5);
   }
 
   std::mt19937 rng(5);
@@ -406,7 +450,8 @@ TEST_F(VariantsRpc, Bf16WireTensorsAreViewedInPlaceWhenComputedInBf16) {
     attention::v1::AttentionRequest with_weights = bf16;
     with_weights.set_return_weights(true);
     server::PreparedCall widened;
-    ASSERT_TRUE(server::PrepareAttention(with_weights, models, server::RequestLimits{}, &widened).ok());
+    ASSERT_TRUE(
+        server::PrepareAttention(with_weights, models, server::RequestLimits{}, &widened).ok());
     EXPECT_EQ(widened.tensors[0].view.dtype, DataType::kFloat32);
   }
   attention::v1::AttentionResponse a, b;

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "attn/half.h"
 #include "attention_client.h"
+#include "attn/half.h"
 #include "host_array.h"
 #include "test_server.h"
 #include "wire/secret_files.h"

@@ -172,9 +172,9 @@ Status DecodeTensor(const WireTensor& t, const std::string& field, DataType expe
                            : (t.type == WireType::kFloat32 || IsHalf(t.type));
   if (!type_ok) {
     return Status::InvalidArgument(field + ": " + t.type_field + " must be " +
-                                   (want_bool                               ? t.bool_type
+                                   (want_bool                         ? t.bool_type
                                     : expected == DataType::kBFloat16 ? "BFLOAT16"
-                                                                            : t.float_types) +
+                                                                      : t.float_types) +
                                    ", got " + t.type_name);
   }
   if (static_cast<int>(t.shape.size()) > kMaxRank) {

@@ -23,8 +23,8 @@ void CopyRows16(const uint16_t* base, int64_t rows, int64_t cols, int64_t row_st
 }
 
 // The float32 query rows of the task (as TaskQueries lays them out).
-const float* StackedQueries(const AttentionProblem& p, int64_t g, int64_t b, int64_t h,
-                            int64_t q0, int64_t qn, Workspace& ws) {
+const float* StackedQueries(const AttentionProblem& p, int64_t g, int64_t b, int64_t h, int64_t q0,
+                            int64_t qn, Workspace& ws) {
   const int64_t d = p.d;
   if (g == 1) return DenseRows(Row(p.q, b, h, q0), qn, d, p.q.stride[2], p.q.stride[3], ws.qp);
   float* dst = Workspace::Ensure(ws.qp, qn * g * d);
@@ -68,8 +68,8 @@ const void* KvBlock(const AttentionProblem& p, const Strided4D& t, int64_t cols,
   return p.bf16 ? static_cast<const void*>(ToBf16(dense, kn * cols, b16)) : dense;
 }
 
-void BlockScores(const AttentionProblem& p, int64_t rows, int64_t kn, const void* q,
-                 const void* k, float* s) {
+void BlockScores(const AttentionProblem& p, int64_t rows, int64_t kn, const void* q, const void* k,
+                 float* s) {
   const int64_t d = p.d;
   const MatmulShape qk{rows, kn, d, d, d, kn, /*b_transposed=*/true, false, false, 1};
   if (p.bf16) {

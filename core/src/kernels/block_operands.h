@@ -57,8 +57,8 @@ const void* KvBlock(const AttentionProblem& p, const Strided4D& t, int64_t cols,
 
 // S[rows, kn] = Q K^T, from dense blocks in the compute type (K^T is a
 // transposed format tag).
-void BlockScores(const AttentionProblem& p, int64_t rows, int64_t kn, const void* q,
-                 const void* k, float* s);
+void BlockScores(const AttentionProblem& p, int64_t rows, int64_t kn, const void* q, const void* k,
+                 float* s);
 
 // O[rows, Dv] += P V; a bf16 problem rounds P (float32) here, only as this
 // matmul's operand.

@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "attn/threading.h"
+#include "kernels/block_operands.h"
 #include "kernels/primitive_cache.h"
 #include "kernels/small_matmul.h"
 #include "kernels/softmax_kernels.h"
-#include "kernels/block_operands.h"
 
 namespace attn::internal {
 namespace {

@@ -147,8 +147,7 @@ bool MatmulShape::operator==(const MatmulShape& o) const {
   return m == o.m && n == o.n && k == o.k && lda == o.lda && ldb == o.ldb && ldc == o.ldc &&
          b_transposed == o.b_transposed && has_bias == o.has_bias && accumulate == o.accumulate &&
          threads == o.threads && batch == o.batch && a_batch_stride == o.a_batch_stride &&
-         b_batch_stride == o.b_batch_stride && c_batch_stride == o.c_batch_stride &&
-         bf16 == o.bf16;
+         b_batch_stride == o.b_batch_stride && c_batch_stride == o.c_batch_stride && bf16 == o.bf16;
 }
 
 dnnl::engine& CpuEngine() {
