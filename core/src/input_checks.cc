@@ -53,6 +53,10 @@ Status CheckSameDtype(const TensorView& q, const TensorView& k, const TensorView
   return Status::Ok();
 }
 
+bool ComputesBf16(ComputePrecision precision, bool need_weights) {
+  return precision == ComputePrecision::kBFloat16 && !need_weights && Bf16ComputeAvailable();
+}
+
 Status CheckBf16Allowed(const TensorView& q, bool bf16_compute) {
   if (q.dtype == DataType::kBFloat16 && !bf16_compute) {
     return Status::InvalidArgument(

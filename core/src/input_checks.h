@@ -22,6 +22,10 @@ Status ValidateFloatView(const TensorView& view, const std::string& name, int mi
 // Key and value of the query's dtype.
 Status CheckSameDtype(const TensorView& query, const TensorView& key, const TensorView& value);
 
+// Whether a call computes in bfloat16: permitted (kBFloat16), without the
+// weights (the exact path has no bf16 variant), where Bf16ComputeAvailable().
+bool ComputesBf16(ComputePrecision precision, bool need_weights);
+
 // A bfloat16 query (and so key and value) only in a call that computes bf16.
 Status CheckBf16Allowed(const TensorView& query, bool bf16_compute);
 

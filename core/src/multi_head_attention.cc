@@ -11,12 +11,12 @@
 
 #include "attn/attention.h"
 #include "attn/cpu_info.h"
-#include "attn/half.h"
 #include "attn/threading.h"
 #include "input_checks.h"
 #include "kernels/blocked_attention.h"
 #include "kernels/primitive_cache.h"
 #include "kernels/small_matmul.h"
+#include "support/half_kernels.h"
 
 namespace attn {
 namespace {
@@ -69,15 +69,11 @@ LinearWeight WeightOf(const LinearView& lin) {
           lin.weight_t ? lin.weight_t->strides[0] : 0, lin.weight_bf16};
 }
 
-using Bf16Buffer = std::vector<uint16_t, AlignedAllocator<uint16_t>>;
-
 // rows x cols of `src` (row stride ld) rounded to dense bf16 rows in `buf`.
 const uint16_t* RowsToBf16(const float* src, int64_t rows, int64_t cols, int64_t ld,
-                           Bf16Buffer& buf) {
+                           internal::Bf16Buffer& buf) {
   buf.resize(static_cast<size_t>(rows * cols));
-  for (int64_t r = 0; r < rows; ++r) {
-    FloatToHalf(HalfType::kBFloat16, src + r * ld, buf.data() + r * cols, cols);
-  }
+  internal::RowsToBf16(src, rows, cols, ld, buf.data());
   return buf.data();
 }
 
@@ -101,7 +97,7 @@ void RunLinear(const float* x, int64_t m, int64_t in, int64_t ldx, const LinearW
   }
   internal::ScopedOmpThreads scope(threads);
   if (bf16) {
-    Bf16Buffer x16, w16;
+    internal::Bf16Buffer x16, w16;
     const uint16_t* wb =
         w.weight_bf16 != nullptr ? w.weight_bf16 : RowsToBf16(w.weight, out, in, w.ldw, w16);
     internal::MatmulBf16(
@@ -234,8 +230,7 @@ StatusOr<MhaPlan> PlanMha(const ProjectionWeights& w, const TensorView& query,
   p.kv_group = h / hkv;
   p.scale = *scale;
   p.threads = opt.num_threads > 0 ? opt.num_threads : ComputeThreads();
-  p.bf16 = opt.compute_precision == ComputePrecision::kBFloat16 && !opt.need_weights &&
-           Bf16ComputeAvailable();
+  p.bf16 = internal::ComputesBf16(opt.compute_precision, opt.need_weights);
   ATTN_RETURN_IF_ERROR(internal::ResolveMasks(opt.masks, unbatched, &p));
   ATTN_RETURN_IF_ERROR(internal::ResolveScoreOptions(opt.score, &p));
   // Every buffer is at most a product of these checked shapes.

@@ -15,6 +15,7 @@ struct PackedPlan {
   std::vector<AttentionProblem> seqs;  // without the output pointers
   std::vector<int64_t> row0;           // each one's first query row
   int64_t total_q = 0, heads = 0, dv = 0;
+  bool bf16 = false;  // every sequence computes in bf16
   AttentionCost cost;
 };
 
@@ -75,8 +76,7 @@ Status CheckPackedInputs(const TensorView& q, const TensorView& k, const TensorV
     ATTN_RETURN_IF_ERROR(ValidateFloatView(*t, name, 3, 3, /*allow_bf16=*/true));
   }
   ATTN_RETURN_IF_ERROR(CheckSameDtype(q, k, v));
-  ATTN_RETURN_IF_ERROR(CheckBf16Allowed(
-      q, opt.compute_precision == ComputePrecision::kBFloat16 && Bf16ComputeAvailable()));
+  ATTN_RETURN_IF_ERROR(CheckBf16Allowed(q, ComputesBf16(opt.compute_precision, false)));
   const int64_t hq = q.shape[1], hkv = k.shape[1];
   if (hkv == 0 ? hq != 0 : hq % hkv != 0) {
     return Status::InvalidArgument("key: dim 1 (kv heads) must divide query's heads (" + Num(hq) +
@@ -126,13 +126,14 @@ StatusOr<PackedPlan> PlanPacked(const TensorView& q, const TensorView& k, const 
   base.d = q.shape[2], base.dv = v.shape[2];
   base.scale = *scale;
   base.threads = opt.num_threads;
-  base.bf16 = opt.compute_precision == ComputePrecision::kBFloat16 && Bf16ComputeAvailable();
+  base.bf16 = ComputesBf16(opt.compute_precision, false);
   ATTN_RETURN_IF_ERROR(ResolveMasks(opt.masks, false, &base));
   ATTN_RETURN_IF_ERROR(ResolveScoreOptions(opt.score, &base));
   auto out_n = CheckedNumElements({q.shape[0], hq, base.dv}, "output");
   if (!out_n.ok()) return out_n.status();
 
   PackedPlan plan;
+  plan.bf16 = base.bf16;
   plan.total_q = q.shape[0], plan.heads = hq, plan.dv = base.dv;
   plan.seqs.reserve(static_cast<size_t>(nseq));
   double pairs = 0;
@@ -147,11 +148,7 @@ StatusOr<PackedPlan> PlanPacked(const TensorView& q, const TensorView& k, const 
     // Row i of head h of the sequence: the packed [total, H, D] read as
     // [1, H, L, D] through strides.
     auto view = [](const TensorView& t, int64_t row0, Strided4D* dst) {
-      if (t.dtype == DataType::kBFloat16) {
-        dst->data16 = t.bf16() + row0 * t.strides[0];
-      } else {
-        dst->data = t.f32() + row0 * t.strides[0];
-      }
+      dst->SetData(t, row0 * t.strides[0]);
       dst->stride[0] = 0, dst->stride[1] = t.strides[1];
       dst->stride[2] = t.strides[0], dst->stride[3] = t.strides[2];
     };
@@ -193,9 +190,7 @@ StatusOr<AttentionResult> PackedAttention(const TensorView& q, const TensorView&
     if (lse != nullptr) p.lse = lse + q0, p.lse_head_stride = tq;
   }
   ATTN_RETURN_IF_ERROR(RunBlockedAttentionBatch(plan->seqs, opt.cancelled));
-  if (opt.compute_precision == ComputePrecision::kBFloat16 && Bf16ComputeAvailable()) {
-    result.compute_precision = ComputePrecision::kBFloat16;
-  }
+  if (plan->bf16) result.compute_precision = ComputePrecision::kBFloat16;
   return result;
 }
 

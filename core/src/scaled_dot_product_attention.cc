@@ -20,8 +20,7 @@ StatusOr<SdpaPlan> PlanSdpa(const TensorView& q, const TensorView& k, const Tens
                             const ScaledDotProductAttentionOptions& opt) {
   ATTN_RETURN_IF_ERROR(internal::CheckQueryKeyValue(q, k, v, 2, 4, /*grouped_heads=*/true,
                                                     /*allow_bf16=*/true));
-  const bool bf16 = opt.compute_precision == ComputePrecision::kBFloat16 && !opt.need_weights &&
-                    Bf16ComputeAvailable();
+  const bool bf16 = internal::ComputesBf16(opt.compute_precision, opt.need_weights);
   ATTN_RETURN_IF_ERROR(internal::CheckBf16Allowed(q, bf16));
   const int rank = q.rank();
   const int64_t d = q.dim(-1);
@@ -42,11 +41,7 @@ StatusOr<SdpaPlan> PlanSdpa(const TensorView& q, const TensorView& k, const Tens
   p.threads = opt.num_threads;
   p.bf16 = bf16;
   auto set_strides = [rank](const TensorView& t, internal::Strided4D* s) {
-    if (t.dtype == DataType::kBFloat16) {
-      s->data16 = t.bf16();
-    } else {
-      s->data = t.f32();
-    }
+    s->SetData(t, 0);
     s->stride[0] = rank >= 3 ? t.strides[0] : 0;
     s->stride[1] = rank == 4 ? t.strides[1] : 0;
     s->stride[2] = t.strides[rank - 2];

@@ -14,8 +14,6 @@ namespace attn::internal {
 
 // Per-thread buffers, grown on demand and reused across calls. Their size
 // depends on block sizes and head dims, never on sequence lengths.
-using Bf16Buffer = std::vector<uint16_t, AlignedAllocator<uint16_t>>;
-
 struct Workspace {
   FloatBuffer s, o, qp, kp, vp, m, l, alpha;
   std::vector<int64_t> range;  // each row's key range [lo, hi)

@@ -22,6 +22,15 @@ struct Strided4D {
   int64_t stride[4] = {0, 0, 0, 0};
   // Instead of `data`: bfloat16 elements (only in a bf16 problem).
   const uint16_t* data16 = nullptr;
+
+  // Points at element `offset` of `t`: `data` for float32, `data16` for bf16.
+  void SetData(const TensorView& t, int64_t offset) {
+    if (t.dtype == DataType::kBFloat16) {
+      data16 = t.bf16() + offset;
+    } else {
+      data = t.f32() + offset;
+    }
+  }
 };
 
 struct AttentionProblem {

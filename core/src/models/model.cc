@@ -5,10 +5,10 @@
 #include <vector>
 
 #include "attn/cpu_info.h"
-#include "attn/half.h"
 #include "attn/safetensors.h"
 #include "kernels/blocked_attention.h"
 #include "kernels/small_matmul.h"
+#include "support/half_kernels.h"
 
 namespace attn {
 namespace {
@@ -214,9 +214,7 @@ void PackBf16Weights(ProjectionWeights* p, std::vector<std::vector<uint16_t>>* s
   auto pack = [storage](const TensorView& first, int64_t rows) {
     const int64_t in = first.shape[1], ld = first.strides[0];
     std::vector<uint16_t> w(static_cast<size_t>(rows * in));
-    for (int64_t r = 0; r < rows; ++r) {
-      FloatToHalf(HalfType::kBFloat16, first.f32() + r * ld, w.data() + r * in, in);
-    }
+    internal::RowsToBf16(first.f32(), rows, in, ld, w.data());
     storage->push_back(std::move(w));  // moving a vector keeps its buffer
     return storage->back().data();
   };

@@ -9,8 +9,8 @@
 #include <cstring>
 
 #include "support/half_kernels.h"
-#include "support/simd.h"
 #include "support/isa_cap.h"
+#include "support/simd.h"
 
 namespace attn {
 namespace internal {
@@ -218,6 +218,11 @@ const HalfKernels& GetHalfKernels() {
     }
   }();
   return *kernels;
+}
+
+void RowsToBf16(const float* src, int64_t rows, int64_t cols, int64_t ld, uint16_t* dst) {
+  const auto f32_to_bf16 = GetHalfKernels().f32_to_bf16;
+  for (int64_t r = 0; r < rows; ++r) f32_to_bf16(src + r * ld, dst + r * cols, cols);
 }
 
 }  // namespace internal

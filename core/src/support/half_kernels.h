@@ -2,8 +2,10 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "attn/cpu_info.h"
+#include "attn/tensor.h"
 
 namespace attn::internal {
 
@@ -17,6 +19,13 @@ struct HalfKernels {
 
 // The kernels of KernelTier().
 const HalfKernels& GetHalfKernels();
+
+// bfloat16 bits, 64-byte aligned like FloatBuffer.
+using Bf16Buffer = std::vector<uint16_t, AlignedAllocator<uint16_t>>;
+
+// `rows` rows of `cols` floats at row stride `ld`, rounded to bf16 (nearest
+// even) as dense rows at `dst` (rows * cols elements).
+void RowsToBf16(const float* src, int64_t rows, int64_t cols, int64_t ld, uint16_t* dst);
 
 // The kernels of one tier, for tests that compare tiers on one machine;
 // null when the CPU cannot run that tier. The AVX2 tier also needs F16C,
