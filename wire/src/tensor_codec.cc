@@ -32,25 +32,21 @@ Status ViewRaw(const WireTensor& t, const std::string& field, int64_t numel, Dec
   out->encoding = Encoding::kData;
   const bool aligned =
       reinterpret_cast<uintptr_t>(t.raw.data()) % static_cast<uintptr_t>(elem) == 0;
-  if (out->view.dtype == DataType::kBFloat16) {  // kept as bf16: viewed in place
-    if (aligned) {
-      out->view.data = t.raw.data();
-    } else {
+  if (IsHalf(t.type)) {
+    const auto* src = reinterpret_cast<const uint16_t*>(t.raw.data());
+    if (!aligned) {  // e.g. inside an HTTP body
       out->half_storage.resize(static_cast<size_t>(numel));
       std::memcpy(out->half_storage.data(), t.raw.data(), t.raw.size());
-      out->view.data = out->half_storage.data();
+      src = out->half_storage.data();
     }
-  } else if (IsHalf(t.type)) {
+    if (out->view.dtype == DataType::kBFloat16) {  // kept as bf16: viewed in place
+      out->view.data = src;
+      return Status::Ok();
+    }
     out->float_storage.resize(static_cast<size_t>(numel));
-    const auto* src = reinterpret_cast<const uint16_t*>(t.raw.data());
-    std::vector<uint16_t> copy;
-    if (!aligned) {  // e.g. inside an HTTP body
-      copy.resize(static_cast<size_t>(numel));
-      std::memcpy(copy.data(), t.raw.data(), t.raw.size());
-      src = copy.data();
-    }
     HalfToFloat(AsHalf(t.type), src, out->float_storage.data(), numel);
     out->view.data = out->float_storage.data();
+    std::vector<uint16_t>().swap(out->half_storage);  // widened: at most 4 bytes per element
   } else if (!aligned) {
     out->float_storage.resize(static_cast<size_t>(numel));
     std::memcpy(out->float_storage.data(), t.raw.data(), t.raw.size());
