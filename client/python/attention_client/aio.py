@@ -1,5 +1,5 @@
 """The asyncio client: AttentionClient's methods as coroutines, on grpc.aio."""
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import grpc
 
@@ -56,15 +56,11 @@ class AsyncAttentionClient:
     async def _compute(self, method: Any, request: Any, kind: Any, return_weights: bool,
                        return_lse: bool) -> rq.AttentionResult:
         """A compute call, its result saying the server's compute precision."""
-        if self._closed:
-            raise AttentionError("the client is closed")
-        metadata = ss._metadata(self._metadata, None)
-        try:
-            call = method(request, timeout=self.timeout, metadata=metadata)
-            resp = await call
-            precision = rq.precision_of(await call.initial_metadata())
-        except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+        async def with_precision(req: Any, **kw: Any) -> Tuple[Any, Optional[str]]:
+            call = method(req, **kw)
+            return await call, rq.precision_of(await call.initial_metadata())
+
+        resp, precision = await self._call(with_precision, request)
         return rq.result(resp, kind, return_weights, return_lse, precision)
 
     async def _session_call(self, name: str, request: Any, session_id: Optional[str]) -> Any:

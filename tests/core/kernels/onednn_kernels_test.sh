@@ -33,7 +33,7 @@ if [ -n "$bad" ]; then
   exit 1
 fi
 # bf16 matmuls (a CPU with AMX or AVX512-BF16 runs them in the precision
-# rows) must be brgemm: brg:avx512_core_amx_bf16 or brg:avx512_core_bf16,
+# rows) must be brgemm: brg:avx512_core_amx (AMX) or brg:avx512_core_bf16,
 # never gemm: or ref.
 bf16=$(grep '^onednn_verbose,exec,cpu,matmul,' "$log" | grep 'src_bf16' | cut -d, -f5 | sort | uniq -c || true)
 if [ -n "$bf16" ]; then
