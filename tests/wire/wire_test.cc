@@ -199,12 +199,21 @@ class SecretFiles : public ::testing::Test {
     std::ofstream(path) << text;
     return path;
   }
+  // A directory of this test's own: ctest runs the tests of this fixture in
+  // parallel processes, and a shared one let one test's TearDown remove the
+  // other's files.
+  void SetUp() override {
+    std::string templ = ::testing::TempDir() + "/secret_files_XXXXXX";
+    ASSERT_NE(mkdtemp(templ.data()), nullptr);
+    dir_ = templ;
+  }
   void TearDown() override {
     for (const char* f : {"tokens", "empty", "cert.pem", "notpem"}) {
       std::remove((dir_ + "/" + f).c_str());
     }
+    std::remove(dir_.c_str());
   }
-  std::string dir_ = ::testing::TempDir();
+  std::string dir_;
 };
 
 TEST_F(SecretFiles, TokensAreTrimmedAndCommentsSkipped) {
