@@ -62,6 +62,10 @@ TEST_P(HalfPrecision, SdpaEqualsTheFloat64ReferenceOnWidenedInputsRoundedOnce) {
   *req.mutable_key() = client::ToWire(k, wire::Encoding::kData, type);
   *req.mutable_value() = client::ToWire(v, wire::Encoding::kData, type);
   req.set_causal(true);
+  // Computed in float32: the server's auto policy would compute a BFLOAT16
+  // query in bf16 on a CPU with a bf16 matrix tier (variants_rpc_test covers
+  // that), and this test is about the one rounding on the way out.
+  req.mutable_options()->set_compute_precision(attention::v1::PRECISION_FLOAT32);
   EXPECT_EQ(req.query().data().size(), 2 * q.values.size());  // half the bytes in
   attention::v1::AttentionResponse resp;
   ASSERT_TRUE(client_->Attention(req, &resp).ok());
@@ -151,6 +155,7 @@ TEST_P(HalfPrecision, SpecialValuesOnTheWayOut) {
   *req.mutable_query() = client::ToWire(q, wire::Encoding::kData, type);
   *req.mutable_key() = client::ToWire(k, wire::Encoding::kData);  // float32, which may mix
   *req.mutable_value() = client::ToWire(v, wire::Encoding::kData);
+  req.mutable_options()->set_compute_precision(attention::v1::PRECISION_FLOAT32);
   attention::v1::AttentionResponse resp;
   ASSERT_TRUE(client_->Attention(req, &resp).ok());
   ASSERT_EQ(resp.output().data().size(), 2 * row.size());

@@ -135,6 +135,34 @@ TEST(BenchRun, PackedBatchOverBothProtocolsVerifies) {
   }
 }
 
+// BFLOAT16 on the wire, left to the server's auto policy: bf16 compute on a
+// CPU with a bf16 matrix tier (the answer's attn-compute-precision says so,
+// and --verify allows bf16's error), float32 elsewhere. Explicit float32 is
+// held to float32's error either way.
+TEST(BenchRun, Bfloat16WireVerifiesWhateverTheServerComputed) {
+  auto s = attn_test::StartTestServer();
+  ASSERT_NE(s, nullptr);
+  for (const char* protocol : {"native", "oip"}) {
+    for (const char* precision : {"", "float32"}) {
+      SCOPED_TRACE(std::string(protocol) + " precision=" + precision);
+      std::vector<std::string> args = {"--target", attn_test::Target(*s), "--op", "attention",
+                                       "--protocol", protocol, "--num-heads", "4", "--dim", "64",
+                                       "--seq-q", "300", "--dtype", "bfloat16", "--requests",
+                                       "4", "--verify", "--no-progress"};
+      if (*precision != 0) args.insert(args.end(), {"--compute-precision", precision});
+      auto c = Parse(args);
+      ASSERT_TRUE(c.ok()) << c.status().ToString();
+      std::atomic<bool> interrupt{false};
+      auto report = client::RunBench(*c, &interrupt);
+      ASSERT_TRUE(report.ok()) << report.status().ToString();
+      const auto& l = report->levels[0];
+      EXPECT_EQ(l.ok, 4) << l.first_error;
+      EXPECT_GT(l.verified, 0);
+      EXPECT_EQ(l.mismatches, 0);
+    }
+  }
+}
+
 TEST(BenchRun, UnreachableTargetIsASetUpError) {
   client::BenchConfig c;
   c.target = "127.0.0.1:1";
