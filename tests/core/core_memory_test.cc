@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <dnnl.hpp>
 #include <fstream>
 #include <random>
 #include <string>
@@ -83,6 +85,43 @@ TEST(LongSequence, PeakMemoryIsLinearInSequenceLength) {
       }
     }
   }
+}
+
+// A stream of distinct shapes keeps a bounded set of primitives alive:
+// core's LRU caches (512 each) evict, and oneDNN's own primitive cache,
+// which would keep up to 1,024 evicted ones alive besides, is off
+// (kernels/primitive_cache.cc). Key lengths 1..2400 each make a new
+// (64 x r x 64) and (64 x 64 x r) matmul, r = Lk mod 512 (and Lk up to
+// 512); RSS levels off once the caches are full and the block buffers have
+// their largest size (about Lk = 700 on AVX-512) and must stay there.
+TEST(PrimitiveCaches, DistinctShapesPastTheCacheDoNotGrowMemory) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer's shadow memory and quarantine distort RSS";
+#endif
+  const int64_t lq = 64, d = 64;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd;
+  std::vector<float> q(lq * d), kv(2400 * d);
+  for (auto& x : q) x = nd(rng);
+  for (auto& x : kv) x = nd(rng);
+  auto run = [&](int64_t from, int64_t to) {
+    for (int64_t lk = from; lk < to; ++lk) {
+      auto r = ScaledDotProductAttention(TensorView::Dense(q.data(), {1, 1, lq, d}),
+                                         TensorView::Dense(kv.data(), {1, 1, lk, d}),
+                                         TensorView::Dense(kv.data(), {1, 1, lk, d}));
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+    }
+  };
+  run(1, 1000);  // the caches full, evicting; the buffers at their largest
+  const double before = ProcStatusMiB("VmRSS");
+  run(1000, 2400);  // 2,800 more primitives made
+  const double growth = ProcStatusMiB("VmRSS") - before;
+  if (std::getenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY") == nullptr &&
+      std::getenv("DNNL_PRIMITIVE_CACHE_CAPACITY") == nullptr) {
+    EXPECT_EQ(dnnl::get_primitive_cache_capacity(), 0);
+  }
+  std::printf("RSS growth over 2,800 more primitives: %.1f MiB\n", growth);
+  EXPECT_LT(growth, 4.0);
 }
 
 }  // namespace

@@ -117,10 +117,29 @@ TEST(BenchRun, PackedBatchOverBothProtocolsVerifies) {
   ASSERT_NE(s, nullptr);
   for (const char* protocol : {"native", "oip"}) {
     SCOPED_TRACE(protocol);
-    auto c = Parse({"--target", attn_test::Target(*s), "--op", "attention", "--protocol", protocol,
-                    "--num-heads", "4", "--num-kv-heads", "2", "--dim", "16", "--cu-seqlens-q",
-                    "0,30,30,95", "--cu-seqlens-k", "0,40,41,120", "--causal", "--causal-alignment",
-                    "bottom_right", "--requests", "6", "--verify", "--no-progress"});
+    auto c = Parse({"--target",
+                    attn_test::Target(*s),
+                    "--op",
+                    "attention",
+                    "--protocol",
+                    protocol,
+                    "--num-heads",
+                    "4",
+                    "--num-kv-heads",
+                    "2",
+                    "--dim",
+                    "16",
+                    "--cu-seqlens-q",
+                    "0,30,30,95",
+                    "--cu-seqlens-k",
+                    "0,40,41,120",
+                    "--causal",
+                    "--causal-alignment",
+                    "bottom_right",
+                    "--requests",
+                    "6",
+                    "--verify",
+                    "--no-progress"});
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     std::atomic<bool> interrupt{false};
     auto report = client::RunBench(*c, &interrupt);
@@ -145,10 +164,15 @@ TEST(BenchRun, Bfloat16WireVerifiesWhateverTheServerComputed) {
   for (const char* protocol : {"native", "oip"}) {
     for (const char* precision : {"", "float32"}) {
       SCOPED_TRACE(std::string(protocol) + " precision=" + precision);
-      std::vector<std::string> args = {"--target", attn_test::Target(*s), "--op", "attention",
-                                       "--protocol", protocol, "--num-heads", "4", "--dim", "64",
-                                       "--seq-q", "300", "--dtype", "bfloat16", "--requests",
-                                       "4", "--verify", "--no-progress"};
+      std::vector<std::string> args = {"--target",    attn_test::Target(*s),
+                                       "--op",        "attention",
+                                       "--protocol",  protocol,
+                                       "--num-heads", "4",
+                                       "--dim",       "64",
+                                       "--seq-q",     "300",
+                                       "--dtype",     "bfloat16",
+                                       "--requests",  "4",
+                                       "--verify",    "--no-progress"};
       if (*precision != 0) args.insert(args.end(), {"--compute-precision", precision});
       auto c = Parse(args);
       ASSERT_TRUE(c.ok()) << c.status().ToString();
