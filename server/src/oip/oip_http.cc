@@ -35,6 +35,7 @@ std::string Peer(const httplib::Request& req) {
 // ran the call (or inline in Dispatch); the handler thread waits for it.
 class HttpCall final : public CallTransport {
  public:
+  // bytes_in: the body's size (the content reader's; req.body stays empty).
   HttpCall(CallDispatcher* calls, const httplib::Request& req, int64_t bytes_in)
       : calls_(calls), req_(req), bytes_in_(bytes_in) {}
 
@@ -54,7 +55,7 @@ class HttpCall final : public CallTransport {
     }
     const httplib::Request& req = req_;
     calls_->Completed(
-        Rpc::kHttpInfer, call().get(), st, start(), began, static_cast<int64_t>(req.body.size()),
+        Rpc::kHttpInfer, call().get(), st, start(), began, bytes_in_,
         static_cast<int64_t>(st.ok() ? body_.size() : 0), [&req] { return Peer(req); });
     done_.set_value();
   }

@@ -279,6 +279,10 @@ grep -qE '^attn_requests_total\{rpc="ModelInfer",model="-",code="OK",protocol="o
   fail "metrics: $(grep ModelInfer <<<"$scrape")"
 grep -qE '^attn_requests_total\{rpc="ModelInfer",model="-",code="INVALID_ARGUMENT",protocol="oip-http"\}' <<<"$scrape" ||
   fail "metrics lack the refused HTTP calls"
+# The OK calls' bodies count too (read by a content reader, not req.body):
+# the FP32 binary request alone is 3 x 1536 bytes of tensors.
+in_bytes=$(grep -E '^attn_request_bytes_total\{rpc="ModelInfer",protocol="oip-http"\}' <<<"$scrape" | awk '{print $2}')
+[ "${in_bytes:-0}" -ge 4608 ] || fail "attn_request_bytes_total for oip-http: $in_bytes, expected >= 4608"
 kill "$pid"
 wait "$pid" 2>/dev/null || true
 pid=""
