@@ -54,9 +54,9 @@ class HttpCall final : public CallTransport {
       timing_ = wire::TimingTrailerValue(began - start(), Clock::now() - began);
     }
     const httplib::Request& req = req_;
-    calls_->Completed(
-        Rpc::kHttpInfer, call().get(), st, start(), began, bytes_in_,
-        static_cast<int64_t>(st.ok() ? body_.size() : 0), [&req] { return Peer(req); });
+    calls_->Completed(Rpc::kHttpInfer, call().get(), st, start(), began, bytes_in_,
+                      static_cast<int64_t>(st.ok() ? body_.size() : 0),
+                      [&req] { return Peer(req); });
     done_.set_value();
   }
 
