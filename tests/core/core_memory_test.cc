@@ -94,6 +94,7 @@ TEST(LongSequence, PeakMemoryIsLinearInSequenceLength) {
 // (64 x r x 64) and (64 x 64 x r) matmul, r = Lk mod 512 (and Lk up to
 // 512); RSS levels off once the caches are full and the block buffers have
 // their largest size (about Lk = 700 on AVX-512) and must stay there.
+// (Measured here: 1.2 MiB alone, 4.6 MiB under a loaded ctest.)
 TEST(PrimitiveCaches, DistinctShapesPastTheCacheDoNotGrowMemory) {
 #if defined(__SANITIZE_ADDRESS__)
   GTEST_SKIP() << "AddressSanitizer's shadow memory and quarantine distort RSS";
@@ -121,7 +122,9 @@ TEST(PrimitiveCaches, DistinctShapesPastTheCacheDoNotGrowMemory) {
     EXPECT_EQ(dnnl::get_primitive_cache_capacity(), 0);
   }
   std::printf("RSS growth over 2,800 more primitives: %.1f MiB\n", growth);
-  EXPECT_LT(growth, 4.0);
+  // A leak of what each shape makes would be ~30 KiB x 2,800 (~80 MiB) on
+  // AVX-512; malloc's own drift under a loaded ctest reached 4.6 MiB.
+  EXPECT_LT(growth, 16.0);
 }
 
 }  // namespace
