@@ -15,7 +15,7 @@
 #include "input_checks.h"
 #include "kernels/blocked_attention.h"
 #include "kernels/primitive_cache.h"
-#include "kernels/small_matmul.h"
+#include "kernels/simd/small_matmul.h"
 #include "support/half_kernels.h"
 
 namespace attn {

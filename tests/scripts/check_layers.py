@@ -166,7 +166,7 @@ PLANTS = [
      '#include "attention/v1/attention.pb.h"', "ops/ knows no protocol"),
     ("ops -> call", "server/src/ops/server_log.cc",
      '#include "call/prepared_call.h"', "ops/ knows no protocol"),
-    ("kernels -> model header", "core/src/kernels/small_matmul.cc",
+    ("kernels -> model header", "core/src/kernels/simd/small_matmul.cc",
      '#include "attn/model.h"', "kernels/ includes no model code"),
     ("kernels -> models/", "core/src/kernels/blocked_attention.cc",
      '#include "models/none.h"', "kernels/ includes no model code"),

@@ -5,9 +5,13 @@
 // With the weights wanted, [Lq, Lk] is the output anyway: matmul, oneDNN's
 // softmax, matmul on each query block's dense weight rows (the exact path).
 // We parallelise over tasks with OpenMP and build primitives for one thread
-// (oneDNN runs single-threaded inside a parallel region). Strided blocks are
-// packed dense per thread first: oneDNN 2.6 picks gemm:jit over brgemm for
-// strided views, and a 512x64 pack costs ~2 us against ~10-20 us saved.
+// (oneDNN runs single-threaded inside a parallel region). The band's edge
+// blocks, 64 keys wide, run on register-tiled kernels of our own instead
+// (tile_matmul.h), and rows that need only the scale take the online
+// softmax step a whole block per call (SoftmaxKernels::online_block).
+// Strided blocks are packed dense per thread first: oneDNN 2.6 picks gemm:jit
+// over brgemm for strided views, and a 512x64 pack costs ~2 us against ~10-20
+// us saved.
 #include "kernels/blocked_attention.h"
 
 #include <algorithm>
@@ -22,8 +26,9 @@
 #include "attn/threading.h"
 #include "kernels/block_operands.h"
 #include "kernels/primitive_cache.h"
-#include "kernels/small_matmul.h"
-#include "kernels/softmax_kernels.h"
+#include "kernels/simd/small_matmul.h"
+#include "kernels/simd/softmax_kernels.h"
+#include "kernels/simd/tile_matmul.h"
 
 namespace attn::internal {
 namespace {
@@ -36,8 +41,11 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int64_t kBlockQ = 256;
 constexpr int64_t kBlockK = 512;
 constexpr int64_t kMinBlockQ = 32;
-// The key blocks of a band's edges (blocked_attention's RunOnline): small
-// enough that a causal diagonal wastes little, large enough for the matmul.
+// The key blocks of a band's edges (RunOnline): small enough that a causal
+// diagonal wastes little, large enough that the per-block work (K^T, the
+// row passes) stays small beside the math. On the vector tiers they run on
+// the tile kernels (tile_matmul.h), which cost nothing per call; 32-key
+// edges measured 5-9% slower than 64 on the causal and window rows.
 constexpr int64_t kEdgeK = 64;
 
 SmallMatmulFn SmallMatmul() {
@@ -50,6 +58,7 @@ class BlockedAttention {
   BlockedAttention(const AttentionProblem& p, int64_t block_q)
       : p_(p),
         kern_(GetSoftmaxKernels()),
+        tile_(p.bf16 ? nullptr : GetTileKernels()),
         bq_(block_q),
         nqb_((p.lq + block_q - 1) / block_q),
         nbh_(p.batch * p.heads),
@@ -256,51 +265,35 @@ class BlockedAttention {
       const void* k = KvBlock(p_, p_.k, d, blk.b, kvh, k0, kn, ws.kp, ws.k16);
       const void* v = KvBlock(p_, p_.v, dv, blk.b, kvh, k0, kn, ws.vp, ws.v16);
 
-      // S = Q K^T for the rows that see the block.
-      BlockScores(p_, rows, kn, q + r0 * d * q_bytes, k, s);
-
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t i = r0 + r, head = blk.h + i % g, pos = q0 + i / g;
-        float* row_all = s + r * kn;
-        // This row's keys in the block: [a, e). Inside the band no element
-        // needs a mask; only the range's ends cut it.
-        const int64_t a = std::clamp<int64_t>(lo[i] - k0, 0, kn);
-        const int64_t e = std::clamp<int64_t>(hi[i] - k0, a, kn);
-        const int64_t valid = e - a;
-        float* row = row_all + a;
-        float row_scale = p_.scale;
-        if (general_mask && valid > 0) {
-          ApplyScores(row, valid, blk.b, head, pos, k0 + a);
-          row_scale = 1.0f;  // ApplyScores has scaled the row
+      // For the rows that see the block: S = Q K^T, the online softmax's
+      // step, O += P V. An edge block goes to the tile kernels (no per-call
+      // cost), the middle ones to oneDNN. The step for rows [first, first +
+      // n), whose scores start at `scores`:
+      auto softmax_step = [&](int64_t first, int64_t n, float* scores) {
+        if (!general_mask) {
+          // The scores need only the scale: the rows in one call, which also
+          // rescales their O.
+          kern_.online_block({scores, kn, n, lo + first, hi + first, k0, p_.scale, m + first,
+                              l + first, o + first * dv, dv});
+        } else {
+          OnlineRowsGeneral(blk, first, n, k0, kn, scores, m, l, alpha, o, lo, hi);
         }
-        std::fill(row_all, row, 0.0f);
-        const float m_blk = valid > 0 ? kern_.scaled_max(row, valid, row_scale) : kNegInf;
-        const float m_old = m[i];
-        // NaN (from a NaN input) is kept and propagates to this row's output.
-        const float m_new = std::isnan(m_blk) ? m_blk : std::max(m_old, m_blk);
-        if (m_new == kNegInf) {  // every key so far masked: P = 0, O stays 0
-          std::fill(row_all, row_all + kn, 0.0f);
-          alpha[i] = 1.0f;
-          continue;
-        }
-        const float sum = kern_.exp_sum(row, valid, row_scale, m_new);
-        std::fill(row + valid, row_all + kn, 0.0f);
-        alpha[i] = m_old == kNegInf ? 0.0f : std::exp(m_old - m_new);
-        l[i] = l[i] * alpha[i] + sum;
-        m[i] = m_new;
+      };
+      if (!middle && tile_ != nullptr) {
+        // An edge block on the tile kernels: S = Q K^T (K^T made here), the
+        // softmax step, O += P V. (Steps of 24 or 96 rows, to keep S in L1,
+        // measured no faster.)
+        float* kt = Workspace::Ensure(ws.kt, d * kn);
+        tile_->transpose(static_cast<const float*>(k), kn, d, d, kt, kn);
+        const auto* qf = static_cast<const float*>(static_cast<const void*>(q));
+        tile_->matmul(rows, kn, d, qf + r0 * d, d, kt, kn, s, kn, false);
+        softmax_step(r0, rows, s);
+        tile_->matmul(rows, dv, kn, s, kn, static_cast<const float*>(v), dv, o + r0 * dv, dv, true);
+      } else {
+        BlockScores(p_, rows, kn, q + r0 * d * q_bytes, k, s);
+        softmax_step(r0, rows, s);
+        BlockAccumulatePv(p_, rows, kn, s, v, o + r0 * dv, ws);
       }
-
-      // O = alpha * O + P V for those rows (O starts at zero). alpha is 0
-      // for a row's first keys, and also when exp(m_old - m_new) underflows
-      // (ALiBi's scores rise by hundreds along a row): O is cleared then.
-      for (int64_t i = r0; i < r1; ++i) {
-        if (alpha[i] == 0.0f) {
-          std::fill(o + i * dv, o + (i + 1) * dv, 0.0f);
-        } else if (alpha[i] != 1.0f) {
-          kern_.scale(o + i * dv, dv, alpha[i]);
-        }
-      }
-      BlockAccumulatePv(p_, rows, kn, s, v, o + r0 * dv, ws);
       k0 += kn;
     }
 
@@ -320,6 +313,54 @@ class BlockedAttention {
     return Status::Ok();
   }
 
+  // The online softmax's step over one score block for rows whose scores
+  // need more than the scale (a padding mask, a bias, softcap, ALiBi): each
+  // row's terms first, then its max and exp; O's rows rescaled. As
+  // SoftmaxKernels::online_block does for the others. `s` holds the scores
+  // of rows [r0, r0 + rows), kn per row.
+  void OnlineRowsGeneral(const Block& blk, int64_t r0, int64_t rows, int64_t k0, int64_t kn,
+                         float* s, float* m, float* l, float* alpha, float* o, const int64_t* lo,
+                         const int64_t* hi) const {
+    const int64_t g = group_, q0 = blk.q0, dv = p_.dv;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = r0 + r, head = blk.h + i % g, pos = q0 + i / g;
+      float* row_all = s + r * kn;
+      // This row's keys in the block: [a, e). Inside the band no element
+      // needs a mask; only the range's ends cut it.
+      const int64_t a = std::clamp<int64_t>(lo[i] - k0, 0, kn);
+      const int64_t e = std::clamp<int64_t>(hi[i] - k0, a, kn);
+      const int64_t valid = e - a;
+      float* row = row_all + a;
+      if (valid > 0) ApplyScores(row, valid, blk.b, head, pos, k0 + a);  // scaled there
+      std::fill(row_all, row, 0.0f);
+      const float m_blk = valid > 0 ? kern_.scaled_max(row, valid, 1.0f) : kNegInf;
+      const float m_old = m[i];
+      // NaN (from a NaN input) is kept and propagates to this row's output.
+      const float m_new = std::isnan(m_blk) ? m_blk : std::max(m_old, m_blk);
+      if (m_new == kNegInf) {  // every key so far masked: P = 0, O stays 0
+        std::fill(row_all, row_all + kn, 0.0f);
+        alpha[i] = 1.0f;
+        continue;
+      }
+      const float sum = kern_.exp_sum(row, valid, 1.0f, m_new);
+      std::fill(row + valid, row_all + kn, 0.0f);
+      alpha[i] = m_old == kNegInf ? 0.0f : std::exp(m_old - m_new);
+      l[i] = l[i] * alpha[i] + sum;
+      m[i] = m_new;
+    }
+    // O = alpha * O (+ P V, next) for those rows (O starts at zero). alpha
+    // is 0 for a row's first keys, and also when exp(m_old - m_new)
+    // underflows (ALiBi's scores rise by hundreds along a row): O is
+    // cleared then.
+    for (int64_t i = r0; i < r0 + rows; ++i) {
+      if (alpha[i] == 0.0f) {
+        std::fill(o + i * dv, o + (i + 1) * dv, 0.0f);
+      } else if (alpha[i] != 1.0f) {
+        kern_.scale(o + i * dv, dv, alpha[i]);
+      }
+    }
+  }
+
   bool GeneralScores() const { return HasScoreTerms(p_); }
   void ApplyScores(float* row, int64_t n, int64_t b, int64_t h, int64_t i, int64_t k0) const {
     ApplyScoreTerms(p_, kern_, row, n, b, h, i, k0);
@@ -327,6 +368,7 @@ class BlockedAttention {
 
   const AttentionProblem& p_;
   const SoftmaxKernels& kern_;
+  const TileKernels* tile_;  // null: every block on oneDNN
   const int64_t bq_, nqb_, nbh_;
   const int64_t group_, nbg_;  // query heads per task; (batch, group) pairs
 };

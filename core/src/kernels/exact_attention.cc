@@ -9,7 +9,7 @@
 
 #include "kernels/blocked_attention.h"
 #include "kernels/primitive_cache.h"
-#include "kernels/softmax_kernels.h"
+#include "kernels/simd/softmax_kernels.h"
 
 namespace attn::internal {
 namespace {

@@ -9,7 +9,7 @@
 #include <limits>
 
 #include "kernels/blocked_attention.h"
-#include "kernels/softmax_kernels.h"
+#include "kernels/simd/softmax_kernels.h"
 
 namespace attn::internal {
 namespace {

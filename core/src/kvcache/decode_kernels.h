@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "kernels/softmax_kernels.h"
+#include "kernels/simd/softmax_kernels.h"
 #include "kvcache/decode_attention.h"
 #include "support/half_kernels.h"
 

@@ -7,7 +7,7 @@
 #include "attn/cpu_info.h"
 #include "attn/safetensors.h"
 #include "kernels/blocked_attention.h"
-#include "kernels/small_matmul.h"
+#include "kernels/simd/small_matmul.h"
 #include "support/half_kernels.h"
 
 namespace attn {

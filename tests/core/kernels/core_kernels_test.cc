@@ -4,18 +4,18 @@
 // that hit every vector tail.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
-#include <string>
-
-#include <cmath>
 #include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "kernels/small_matmul.h"
-#include "kernels/softmax_kernels.h"
+#include "kernels/simd/small_matmul.h"
+#include "kernels/simd/softmax_kernels.h"
+#include "kernels/simd/tile_matmul.h"
 
 namespace attn::internal {
 namespace {
@@ -74,8 +74,8 @@ TEST(Kernels, Bf16MatrixTierFollowsTheCpuAndTheCap) {
                                                     : IsaTierName(KernelTier()));
   // bf16 compute runs on a bf16 matrix tier, or emulated when asked for.
   const char* emulation = std::getenv("ATTN_BF16_EMULATION");
-  const bool emulated = want == Bf16Tier::kNone && emulation != nullptr &&
-                        std::string(emulation) == "1";
+  const bool emulated =
+      want == Bf16Tier::kNone && emulation != nullptr && std::string(emulation) == "1";
   EXPECT_EQ(Bf16Emulated(), emulated);
   EXPECT_EQ(Bf16ComputeAvailable(), want != Bf16Tier::kNone || emulated);
   EXPECT_EQ(ParseIsaTier("avx512_amx"), IsaTier::kAvx512);
@@ -221,6 +221,92 @@ TEST(Kernels, ExpSumLeavesElementsPastNAlone) {
   }
 }
 
+// The online softmax's block step (online_block) on every tier, against a
+// float64 model of the same update: rows whose key ranges cut the block at
+// every offset around the vector widths, rows with no key in the block,
+// rows seeing their first keys (alpha 0: O cleared), a running max that
+// rises (O rescaled) or stays, rows that have seen nothing yet, and NaN.
+TEST(Kernels, OnlineBlockMatchesFloat64OnEveryTier) {
+  const float scale = 0.125f;
+  std::mt19937 rng(21);
+  std::normal_distribution<float> dist(0.0f, 8.0f);
+  for (const SoftmaxKernels* k : AvailableTiers()) {
+    SCOPED_TRACE(IsaTierName(k->tier));
+    for (int64_t kn : {1, 7, 8, 16, 17, 33, 64, 100, 512}) {
+      SCOPED_TRACE("kn=" + std::to_string(kn));
+      const int64_t k0 = 1000, dv = 19;
+      std::vector<int64_t> lo, hi;
+      std::vector<float> m, l;
+      // Ranges: every start and end around the block (some wholly outside).
+      for (int64_t a = -2; a <= std::min<int64_t>(kn + 1, 40); a += 3) {
+        for (int64_t e : {a - 1, a, a + 1, a + 8, a + 17, kn, kn + 3}) {
+          for (int state = 0; state < 3; ++state) {
+            lo.push_back(k0 + a), hi.push_back(k0 + e);
+            // 0: nothing seen yet; 1: a running max far below; 2: far above.
+            m.push_back(state == 0 ? -kInf : state == 1 ? -40.0f : 40.0f);
+            l.push_back(state == 0 ? 0.0f : 3.5f);
+          }
+        }
+      }
+      const int64_t rows = static_cast<int64_t>(lo.size());
+      std::vector<float> s(static_cast<size_t>(rows * kn)), o(static_cast<size_t>(rows * dv));
+      for (auto& x : s) x = dist(rng);
+      for (auto& x : o) x = dist(rng);
+      if (rows > 4 && kn > 3) s[static_cast<size_t>(4 * kn + 2)] = std::nanf("");  // row 4
+      const std::vector<float> s0 = s, o0 = o, m0 = m, l0 = l;
+      k->online_block(
+          {s.data(), kn, rows, lo.data(), hi.data(), k0, scale, m.data(), l.data(), o.data(), dv});
+      for (int64_t r = 0; r < rows; ++r) {
+        SCOPED_TRACE("row " + std::to_string(r) + " keys [" + std::to_string(lo[r] - k0) + ", " +
+                     std::to_string(hi[r] - k0) + ")");
+        const int64_t a = std::clamp<int64_t>(lo[r] - k0, 0, kn);
+        const int64_t e = std::clamp<int64_t>(hi[r] - k0, a, kn);
+        double blk_max = -INFINITY;
+        bool nan = false;
+        for (int64_t j = a; j < e; ++j) {
+          const double v = static_cast<double>(s0[r * kn + j]) * scale;
+          nan |= std::isnan(v);
+          blk_max = std::fmax(blk_max, v);
+        }
+        const float* row = s.data() + r * kn;
+        if (nan) {
+          EXPECT_TRUE(std::isnan(m[r])) << "a NaN score must make the row NaN";
+          continue;
+        }
+        const double m_new = std::fmax(m0[r], blk_max);
+        if (m_new == -INFINITY) {  // nothing seen yet: P = 0, the state and O unchanged
+          for (int64_t j = 0; j < kn; ++j) ASSERT_EQ(row[j], 0.0f) << j;
+          EXPECT_EQ(m[r], -kInf);
+          EXPECT_EQ(l[r], 0.0f);
+          for (int64_t c = 0; c < dv; ++c) ASSERT_EQ(o[r * dv + c], o0[r * dv + c]);
+          continue;
+        }
+        ASSERT_EQ(m[r], static_cast<float>(m_new));
+        double sum = 0;
+        for (int64_t j = 0; j < kn; ++j) {
+          if (j < a || j >= e) {
+            ASSERT_EQ(row[j], 0.0f) << "key " << j << " is outside the row's range";
+            continue;
+          }
+          const double arg = static_cast<double>(s0[r * kn + j]) * scale - m_new;
+          const double want = std::exp(arg);
+          sum += want;
+          // The float argument's rounding (half an ulp of |arg|) on top of exp's 4e-7.
+          ASSERT_NEAR(row[j], want, (4e-7 + 1.2e-7 * std::fabs(arg)) * want + 1e-37) << j;
+        }
+        const double shift = m0[r] == -kInf ? 0.0 : static_cast<double>(m0[r]) - m_new;
+        const double alpha = m0[r] == -kInf ? 0.0 : std::exp(shift);
+        const double alpha_tol = 4e-7 + 1.2e-7 * std::fabs(shift);  // as for P above
+        EXPECT_NEAR(l[r], l0[r] * alpha + sum, (2e-6 + alpha_tol) * (l0[r] * alpha + sum));
+        for (int64_t c = 0; c < dv; ++c) {
+          const double want = o0[r * dv + c] * alpha;
+          ASSERT_NEAR(o[r * dv + c], want, (1e-6 + alpha_tol) * std::fabs(want)) << "O col " << c;
+        }
+      }
+    }
+  }
+}
+
 TEST(Kernels, SmallMatmulOnlyOnTheAvx2Tier) {
   EXPECT_EQ(SmallMatmulFor(IsaTier::kPortable), nullptr);
   EXPECT_EQ(SmallMatmulFor(IsaTier::kAvx512), nullptr);  // the batched brgemm is faster there
@@ -273,6 +359,107 @@ TEST(Kernels, SmallMatmulMatchesFloat64WithAndWithoutBiasAndStaysInItsRows) {
       }
     }
   }
+}
+
+TEST(Kernels, TileKernelsOnTheVectorTiersOnly) {
+  EXPECT_EQ(TileKernelsFor(IsaTier::kPortable), nullptr);  // oneDNN does those blocks
+  __builtin_cpu_init();
+  EXPECT_EQ(TileKernelsFor(IsaTier::kAvx2) != nullptr,
+            __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
+  EXPECT_EQ(TileKernelsFor(IsaTier::kAvx512) != nullptr,
+            static_cast<bool>(__builtin_cpu_supports("avx512f")));
+  for (IsaTier t : {IsaTier::kAvx2, IsaTier::kAvx512}) {
+    if (const TileKernels* k = TileKernelsFor(t)) {
+      EXPECT_EQ(k->tier, t);
+    }
+  }
+}
+
+// Every row count around the 6-row tiles, every column count around the
+// 16-lane vectors and the 64-column panels, set and accumulate, against
+// float64; nothing outside C's [m, n] is written.
+TEST(Kernels, TileMatmulMatchesFloat64AndStaysInItsRows) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  constexpr float kGuard = 12345.0f;
+  int tiers = 0;
+  for (IsaTier t : {IsaTier::kAvx2, IsaTier::kAvx512}) {
+    const TileKernels* kern = TileKernelsFor(t);
+    if (kern == nullptr) continue;
+    ++tiers;
+    for (int64_t m : {1, 2, 5, 6, 7, 12, 13, 64, 97}) {
+      for (int64_t n : {1, 8, 15, 16, 17, 33, 48, 63, 64, 65, 128, 130}) {
+        for (int64_t k : {1, 7, 64}) {
+          for (bool acc : {false, true}) {
+            SCOPED_TRACE("tier " + std::to_string(static_cast<int>(t)) + " " + std::to_string(m) +
+                         "x" + std::to_string(n) + "x" + std::to_string(k) +
+                         (acc ? " accumulate" : ""));
+            const int64_t lda = k + 3, ldb = n + 5, ldc = n + 2;
+            std::vector<float> a(static_cast<size_t>(m * lda)), b(static_cast<size_t>(k * ldb));
+            for (auto& x : a) x = dist(rng);
+            for (auto& x : b) x = dist(rng);
+            std::vector<float> c(static_cast<size_t>(m * ldc), kGuard);
+            for (int64_t i = 0; i < m; ++i) {
+              for (int64_t j = 0; j < n; ++j) c[static_cast<size_t>(i * ldc + j)] = dist(rng);
+            }
+            const std::vector<float> c0 = c;
+            kern->matmul(m, n, k, a.data(), lda, b.data(), ldb, c.data(), ldc, acc);
+            for (int64_t i = 0; i < m; ++i) {
+              for (int64_t j = 0; j < ldc; ++j) {
+                const float got = c[static_cast<size_t>(i * ldc + j)];
+                if (j >= n) {
+                  ASSERT_EQ(got, kGuard) << "wrote past column n at " << i << "," << j;
+                  continue;
+                }
+                double want = acc ? c0[static_cast<size_t>(i * ldc + j)] : 0.0;
+                double mag = std::fabs(want);
+                for (int64_t p = 0; p < k; ++p) {
+                  const double term = static_cast<double>(a[static_cast<size_t>(i * lda + p)]) *
+                                      b[static_cast<size_t>(p * ldb + j)];
+                  want += term;
+                  mag += std::fabs(term);
+                }
+                ASSERT_NEAR(got, want, 1e-6 * mag + 1e-30) << i << "," << j;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  if (tiers == 0) GTEST_SKIP() << "no AVX2 + FMA on this CPU";
+}
+
+// Transposes of every size around the 8x8 and 16x16 register blocks are
+// exact, and write only dst's [cols, rows].
+TEST(Kernels, TileTransposeIsExactAtEverySize) {
+  int tiers = 0;
+  for (IsaTier t : {IsaTier::kAvx2, IsaTier::kAvx512}) {
+    const TileKernels* kern = TileKernelsFor(t);
+    if (kern == nullptr) continue;
+    ++tiers;
+    for (int64_t rows : {1, 7, 8, 9, 16, 17, 31, 64, 70}) {
+      for (int64_t cols : {1, 8, 15, 16, 17, 48, 64, 80, 128}) {
+        SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(cols));
+        const int64_t lds = cols + 3, ldd = rows + 2;
+        std::vector<float> src(static_cast<size_t>(rows * lds));
+        for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i) * 0.5f - 7.0f;
+        std::vector<float> dst(static_cast<size_t>(cols * ldd), -1.0e30f);
+        kern->transpose(src.data(), rows, cols, lds, dst.data(), ldd);
+        for (int64_t c = 0; c < cols; ++c) {
+          for (int64_t r = 0; r < ldd; ++r) {
+            const float got = dst[static_cast<size_t>(c * ldd + r)];
+            if (r >= rows) {
+              ASSERT_EQ(got, -1.0e30f) << "wrote past row " << rows;
+            } else {
+              ASSERT_EQ(got, src[static_cast<size_t>(r * lds + c)]) << r << "," << c;
+            }
+          }
+        }
+      }
+    }
+  }
+  if (tiers == 0) GTEST_SKIP() << "no AVX2 + FMA on this CPU";
 }
 
 }  // namespace

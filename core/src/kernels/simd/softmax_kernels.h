@@ -14,6 +14,28 @@
 
 namespace attn::internal {
 
+// One score block of the online softmax (blocked_attention.cc), for rows
+// whose scores need only the scale. Row r (of `rows`) is s[r * kn, ...)
+// and sees keys [a, e) of the block, a = clamp(lo[r] - k0, 0, kn) and
+// e = clamp(hi[r] - k0, a, kn). With m[r], l[r] its running max and sum:
+//   m_new = max(m[r], max over [a, e) of s * scale) (NaN if any is NaN);
+//   s becomes exp(s * scale - m_new) on [a, e) and 0 elsewhere;
+//   alpha = exp(m[r] - m_new) (0 for a row's first keys); l[r] = l[r] * alpha
+//   + sum; m[r] = m_new; and the row's accumulated output o[r * dv, ...) is
+//   multiplied by alpha (set to 0 when alpha is 0).
+// A row that has seen no unmasked key yet keeps m = -inf, l = 0, its s = 0
+// and its o.
+struct OnlineBlock {
+  float* s;
+  int64_t kn, rows;
+  const int64_t *lo, *hi;
+  int64_t k0;
+  float scale;
+  float *m, *l;
+  float* o;
+  int64_t dv;
+};
+
 struct SoftmaxKernels {
   // max over i < n of x[i] * scale; -inf when n == 0; NaN if any is NaN.
   float (*scaled_max)(const float* x, int64_t n, float scale);
@@ -31,6 +53,8 @@ struct SoftmaxKernels {
   // ALiBi: x[j] -= slope * |pos - (k0 + j)| for j < n, the distance
   // converted to float exactly as static_cast<float> of the integer.
   void (*alibi)(float* x, int64_t n, float slope, int64_t pos, int64_t k0);
+  // The block step above, every row in one call.
+  void (*online_block)(const OnlineBlock& blk);
   IsaTier tier;
 };
 

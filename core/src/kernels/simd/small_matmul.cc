@@ -1,4 +1,4 @@
-#include "kernels/small_matmul.h"
+#include "kernels/simd/small_matmul.h"
 
 #include "support/isa_cap.h"
 #include "support/simd.h"

@@ -1,0 +1,233 @@
+// The online softmax's step over one score block (online_block.h): each
+// row's max over its keys, then exp, sum and the running state, and its
+// output row rescaled, with no call per row.
+#include "kernels/simd/online_block.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "kernels/simd/vec_math.h"
+#include "support/simd.h"
+
+namespace attn::internal {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// The scalar part of OnlineBlock's step for one row, shared by every tier:
+// from the block's max, the new running max; false when the row has seen
+// no unmasked key yet (its s is then zeroed by the caller and nothing else
+// changes). NaN (from a NaN input) is kept: max(NaN, x) is NaN here.
+inline bool OnlineMax(float m_blk, float m_old, float* m_new) {
+  *m_new = std::isnan(m_blk) ? m_blk : std::max(m_old, m_blk);
+  return *m_new != kNegInf;
+}
+// After the row's exp pass (sum): the factor its accumulated output takes.
+inline float OnlineCommit(const OnlineBlock& b, int64_t r, float m_new, float sum) {
+  const float m_old = b.m[r];
+  const float alpha = m_old == kNegInf ? 0.0f : std::exp(m_old - m_new);
+  b.l[r] = b.l[r] * alpha + sum;
+  b.m[r] = m_new;
+  return alpha;
+}
+inline void RowRange(const OnlineBlock& b, int64_t r, int64_t* a, int64_t* e) {
+  *a = std::clamp<int64_t>(b.lo[r] - b.k0, 0, b.kn);
+  *e = std::clamp<int64_t>(b.hi[r] - b.k0, *a, b.kn);
+}
+
+// max over [0, n) of x * scale, NaN when any is NaN (as ScaledMax).
+float MaxPortable(const float* x, int64_t n, float scale) {
+  float m = kNegInf;
+  bool nan = false;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i] * scale;
+    nan |= std::isnan(v);
+    m = std::fmax(m, v);
+  }
+  return nan ? std::numeric_limits<float>::quiet_NaN() : m;
+}
+
+float ExpPortable(float* x, int64_t n, float scale, float m) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] * scale - m);
+    sum += x[i];
+  }
+  return sum;
+}
+
+ATTN_AVX2 void ScaleRowAvx2(float* x, int64_t n, float a) {
+  const __m256 av = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), av));
+  for (; i < n; ++i) x[i] *= a;
+}
+
+ATTN_AVX512 void ScaleRow512(float* x, int64_t n, float a) {
+  const __m512 av = _mm512_set1_ps(a);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = Lanes16(n - i);
+    _mm512_mask_storeu_ps(x + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), av));
+  }
+}
+
+ATTN_AVX2 inline void ZeroAvx2(float* x, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_setzero_ps());
+  for (; i < n; ++i) x[i] = 0.0f;
+}
+
+ATTN_AVX512 inline void Zero512(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16)
+    _mm512_mask_storeu_ps(x + i, Lanes16(n - i), _mm512_setzero_ps());
+}
+
+}  // namespace
+
+void OnlineBlockPortable(const OnlineBlock& b) {
+  for (int64_t r = 0; r < b.rows; ++r) {
+    float* row = b.s + r * b.kn;
+    int64_t a = 0, e = 0;
+    RowRange(b, r, &a, &e);
+    const float m_blk = e > a ? MaxPortable(row + a, e - a, b.scale) : kNegInf;
+    float m_new = 0;
+    if (!OnlineMax(m_blk, b.m[r], &m_new)) {
+      std::fill(row, row + b.kn, 0.0f);
+      continue;
+    }
+    std::fill(row, row + a, 0.0f);
+    std::fill(row + e, row + b.kn, 0.0f);
+    const float sum = ExpPortable(row + a, e - a, b.scale, m_new);
+    const float alpha = OnlineCommit(b, r, m_new, sum);
+    float* o = b.o + r * b.dv;
+    if (alpha == 0.0f) {
+      std::fill(o, o + b.dv, 0.0f);
+    } else if (alpha != 1.0f) {
+      for (int64_t c = 0; c < b.dv; ++c) o[c] *= alpha;
+    }
+  }
+}
+
+// OnlineBlock's step with no call per row: a pass for the max and one for
+// the exp. Full vectors in the loops, the tail masked (AMD's masked stores
+// are slow: the tail's is the only one).
+ATTN_AVX2 void OnlineBlockAvx2(const OnlineBlock& b) {
+  const __m256 sv = _mm256_set1_ps(b.scale);
+  const __m256 neg_inf = _mm256_set1_ps(kNegInf);
+  for (int64_t r = 0; r < b.rows; ++r) {
+    float* row = b.s + r * b.kn;
+    int64_t a = 0, e = 0;
+    RowRange(b, r, &a, &e);
+    __m256 m0 = neg_inf, m1 = neg_inf, nan = _mm256_setzero_ps();
+    int64_t j = a;
+    for (; j + 16 <= e; j += 16) {
+      const __m256 x0 = _mm256_mul_ps(_mm256_loadu_ps(row + j), sv);
+      const __m256 x1 = _mm256_mul_ps(_mm256_loadu_ps(row + j + 8), sv);
+      nan = _mm256_or_ps(nan, _mm256_cmp_ps(x0, x1, _CMP_UNORD_Q));
+      m0 = _mm256_max_ps(m0, x0);
+      m1 = _mm256_max_ps(m1, x1);
+    }
+    for (; j < e; j += 8) {
+      const __m256i k = LaneMask256(e - j);
+      __m256 x = _mm256_mul_ps(_mm256_maskload_ps(row + j, k), sv);
+      x = _mm256_blendv_ps(neg_inf, x, _mm256_castsi256_ps(k));
+      nan = _mm256_or_ps(nan, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+      m0 = _mm256_max_ps(m0, x);
+    }
+    const float m_blk = _mm256_movemask_ps(nan) != 0 ? std::numeric_limits<float>::quiet_NaN()
+                                                     : ReduceMax256(_mm256_max_ps(m0, m1));
+    float m_new = 0;
+    if (!OnlineMax(m_blk, b.m[r], &m_new)) {
+      ZeroAvx2(row, b.kn);
+      continue;
+    }
+    ZeroAvx2(row, a);
+    ZeroAvx2(row + e, b.kn - e);
+    const __m256 mv = _mm256_set1_ps(m_new);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+    j = a;
+    for (; j + 16 <= e; j += 16) {
+      const __m256 x0 = Exp256(_mm256_fmsub_ps(_mm256_loadu_ps(row + j), sv, mv));
+      const __m256 x1 = Exp256(_mm256_fmsub_ps(_mm256_loadu_ps(row + j + 8), sv, mv));
+      _mm256_storeu_ps(row + j, x0);
+      _mm256_storeu_ps(row + j + 8, x1);
+      acc0 = _mm256_add_ps(acc0, x0);
+      acc1 = _mm256_add_ps(acc1, x1);
+    }
+    for (; j < e; j += 8) {
+      const __m256i k = LaneMask256(e - j);
+      const __m256 x = Exp256(_mm256_fmsub_ps(_mm256_maskload_ps(row + j, k), sv, mv));
+      _mm256_maskstore_ps(row + j, k, x);
+      acc0 = _mm256_add_ps(acc0, _mm256_and_ps(x, _mm256_castsi256_ps(k)));
+    }
+    const float alpha = OnlineCommit(b, r, m_new, ReduceAdd256(_mm256_add_ps(acc0, acc1)));
+    float* o = b.o + r * b.dv;
+    if (alpha == 0.0f) {
+      ZeroAvx2(o, b.dv);
+    } else if (alpha != 1.0f) {
+      ScaleRowAvx2(o, b.dv, alpha);
+    }
+  }
+}
+
+ATTN_AVX512 void OnlineBlockAvx512(const OnlineBlock& b) {
+  const __m512 sv = _mm512_set1_ps(b.scale);
+  const __m512 neg_inf = _mm512_set1_ps(kNegInf);
+  for (int64_t r = 0; r < b.rows; ++r) {
+    float* row = b.s + r * b.kn;
+    int64_t a = 0, e = 0;
+    RowRange(b, r, &a, &e);
+    __m512 m0 = neg_inf, m1 = neg_inf;
+    __mmask16 nan = 0;
+    int64_t j = a;
+    for (; j + 32 <= e; j += 32) {
+      const __m512 x0 = _mm512_mul_ps(_mm512_loadu_ps(row + j), sv);
+      const __m512 x1 = _mm512_mul_ps(_mm512_loadu_ps(row + j + 16), sv);
+      nan |= _mm512_cmp_ps_mask(x0, x1, _CMP_UNORD_Q);
+      m0 = _mm512_max_ps(m0, x0);
+      m1 = _mm512_max_ps(m1, x1);
+    }
+    for (; j < e; j += 16) {
+      const __mmask16 k = Lanes16(e - j);
+      const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, row + j), sv);
+      nan |= _mm512_mask_cmp_ps_mask(k, x, x, _CMP_UNORD_Q);
+      m0 = _mm512_mask_max_ps(m0, k, m0, x);
+    }
+    const float m_blk = nan != 0 ? std::numeric_limits<float>::quiet_NaN()
+                                 : _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
+    float m_new = 0;
+    if (!OnlineMax(m_blk, b.m[r], &m_new)) {
+      Zero512(row, b.kn);
+      continue;
+    }
+    Zero512(row, a);
+    Zero512(row + e, b.kn - e);
+    const __m512 mv = _mm512_set1_ps(m_new);
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
+    for (j = a; j + 32 <= e; j += 32) {
+      const __m512 x0 = Exp512(_mm512_fmsub_ps(_mm512_loadu_ps(row + j), sv, mv));
+      const __m512 x1 = Exp512(_mm512_fmsub_ps(_mm512_loadu_ps(row + j + 16), sv, mv));
+      _mm512_storeu_ps(row + j, x0);
+      _mm512_storeu_ps(row + j + 16, x1);
+      acc0 = _mm512_add_ps(acc0, x0);
+      acc1 = _mm512_add_ps(acc1, x1);
+    }
+    for (; j < e; j += 16) {
+      const __mmask16 k = Lanes16(e - j);
+      const __m512 x = Exp512(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(k, row + j), sv, mv));
+      _mm512_mask_storeu_ps(row + j, k, x);
+      acc0 = _mm512_add_ps(acc0, _mm512_maskz_mov_ps(k, x));
+    }
+    const float alpha = OnlineCommit(b, r, m_new, _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)));
+    float* o = b.o + r * b.dv;
+    if (alpha == 0.0f) {
+      Zero512(o, b.dv);
+    } else if (alpha != 1.0f) {
+      ScaleRow512(o, b.dv, alpha);
+    }
+  }
+}
+
+}  // namespace attn::internal
