@@ -17,6 +17,7 @@ namespace attn::internal {
 struct Workspace {
   FloatBuffer s, o, qp, kp, vp, m, l, alpha;
   FloatBuffer kt;              // an edge block's K^T, for the tile kernels
+  std::vector<int64_t> spans;  // an edge block's row runs: (first, n, ka, ke)
   std::vector<int64_t> range;  // each row's key range [lo, hi)
   // The bf16 path's operands: Q, the K and V blocks, and P.
   Bf16Buffer q16, k16, v16, p16;
