@@ -20,6 +20,7 @@
 #include "bench/metrics_scrape.h"
 #include "bench/prepared_calls.h"
 #include "oip_call.h"
+#include "wire/precision_header.h"
 #include "wire/status_mapping.h"
 #include "wire/timing_trailer.h"
 
@@ -222,8 +223,8 @@ class LevelRun {
     // The server says what arithmetic it used (attn-compute-precision): its
     // auto policy computes BFLOAT16 queries in bf16 on a bf16 matrix tier.
     const auto& meta = call.ctx.GetServerInitialMetadata();
-    const auto it = meta.find("attn-compute-precision");
-    const bool bf16 = it != meta.end() && it->second == "bfloat16";
+    const auto it = meta.find(wire::kPrecisionHeader);
+    const bool bf16 = it != meta.end() && it->second == wire::kPrecisionBfloat16;
     return !got.ok() || got->shape != w.expected->shape ||
            !Close(*got, *w.expected, calls_[call.entry]->dtype, bf16);
   }

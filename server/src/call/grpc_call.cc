@@ -63,7 +63,7 @@ class CallReactor final : public grpc::ServerUnaryReactor, public CallTransport 
       ctx_->AddTrailingMetadata(wire::kTimingTrailer,
                                 wire::TimingTrailerValue(began - start(), Clock::now() - began));
       // What arithmetic the answer came from.
-      ctx_->AddInitialMetadata(kPrecisionHeader, PrecisionName(call()->precision));
+      ctx_->AddInitialMetadata(wire::kPrecisionHeader, PrecisionName(call()->precision));
     }
     HeldMemory* held = service_->options().held;
     const int64_t bytes_out = st.ok() && (service_->options().metrics != nullptr || held != nullptr)

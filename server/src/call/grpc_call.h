@@ -12,12 +12,9 @@
 
 #include "attn/status.h"
 #include "call/dispatch.h"
+#include "wire/precision_header.h"
 
 namespace attn::server {
-
-// Response metadata on every computed call: "float32" or "bfloat16", the
-// arithmetic the answer came from.
-inline constexpr char kPrecisionHeader[] = "attn-compute-precision";
 
 // A gRPC attention call on Dispatch: the reactor finishes the RPC and adds
 // the timing trailer. `bytes_in` is the request's size and `resp` the

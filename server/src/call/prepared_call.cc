@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "attn/cpu_info.h"
+#include "wire/precision_header.h"
 
 namespace attn::server {
 namespace {
@@ -258,7 +259,7 @@ ComputePrecision CorePrecision(UsedPrecision p) {
 }
 
 const char* PrecisionName(UsedPrecision p) {
-  return p == UsedPrecision::kBFloat16 ? "bfloat16" : "float32";
+  return p == UsedPrecision::kBFloat16 ? wire::kPrecisionBfloat16 : wire::kPrecisionFloat32;
 }
 
 std::string PreparedCall::Shapes() const {
