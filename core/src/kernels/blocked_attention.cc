@@ -278,7 +278,9 @@ class BlockedAttention {
           kern_.online_block({scores, kn, n, lo + first, hi + first, k0, p_.scale, m + first,
                               l + first, o + first * dv, dv});
         } else {
-          OnlineRowsGeneral(blk, first, n, k0, kn, scores, m, l, alpha, o, lo, hi);
+          OnlineRowsGeneral(
+              p_, kern_,
+              {blk.b, blk.h, group_, blk.q0, first, n, k0, kn, scores, m, l, alpha, o, lo, hi});
         }
       };
       if (!middle && tile_ != nullptr) {
@@ -352,54 +354,6 @@ class BlockedAttention {
       }
     }
     return out;
-  }
-
-  // The online softmax's step over one score block for rows whose scores
-  // need more than the scale (a padding mask, a bias, softcap, ALiBi): each
-  // row's terms first, then its max and exp; O's rows rescaled. As
-  // SoftmaxKernels::online_block does for the others. `s` holds the scores
-  // of rows [r0, r0 + rows), kn per row.
-  void OnlineRowsGeneral(const Block& blk, int64_t r0, int64_t rows, int64_t k0, int64_t kn,
-                         float* s, float* m, float* l, float* alpha, float* o, const int64_t* lo,
-                         const int64_t* hi) const {
-    const int64_t g = group_, q0 = blk.q0, dv = p_.dv;
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t i = r0 + r, head = blk.h + i % g, pos = q0 + i / g;
-      float* row_all = s + r * kn;
-      // This row's keys in the block: [a, e). Inside the band no element
-      // needs a mask; only the range's ends cut it.
-      const int64_t a = std::clamp<int64_t>(lo[i] - k0, 0, kn);
-      const int64_t e = std::clamp<int64_t>(hi[i] - k0, a, kn);
-      const int64_t valid = e - a;
-      float* row = row_all + a;
-      if (valid > 0) ApplyScores(row, valid, blk.b, head, pos, k0 + a);  // scaled there
-      std::fill(row_all, row, 0.0f);
-      const float m_blk = valid > 0 ? kern_.scaled_max(row, valid, 1.0f) : kNegInf;
-      const float m_old = m[i];
-      // NaN (from a NaN input) is kept and propagates to this row's output.
-      const float m_new = std::isnan(m_blk) ? m_blk : std::max(m_old, m_blk);
-      if (m_new == kNegInf) {  // every key so far masked: P = 0, O stays 0
-        std::fill(row_all, row_all + kn, 0.0f);
-        alpha[i] = 1.0f;
-        continue;
-      }
-      const float sum = kern_.exp_sum(row, valid, 1.0f, m_new);
-      std::fill(row + valid, row_all + kn, 0.0f);
-      alpha[i] = m_old == kNegInf ? 0.0f : std::exp(m_old - m_new);
-      l[i] = l[i] * alpha[i] + sum;
-      m[i] = m_new;
-    }
-    // O = alpha * O (+ P V, next) for those rows (O starts at zero). alpha
-    // is 0 for a row's first keys, and also when exp(m_old - m_new)
-    // underflows (ALiBi's scores rise by hundreds along a row): O is
-    // cleared then.
-    for (int64_t i = r0; i < r0 + rows; ++i) {
-      if (alpha[i] == 0.0f) {
-        std::fill(o + i * dv, o + (i + 1) * dv, 0.0f);
-      } else if (alpha[i] != 1.0f) {
-        kern_.scale(o + i * dv, dv, alpha[i]);
-      }
-    }
   }
 
   bool GeneralScores() const { return HasScoreTerms(p_); }

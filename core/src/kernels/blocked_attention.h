@@ -100,6 +100,23 @@ bool HasScoreTerms(const AttentionProblem& p);
 void ApplyScoreTerms(const AttentionProblem& p, const SoftmaxKernels& kern, float* row, int64_t n,
                      int64_t b, int64_t h, int64_t i, int64_t k0);
 
+// The online softmax's step over one score block (blocked_attention.cc)
+// for rows whose scores need more than the scale (a padding mask, a bias,
+// softcap, ALiBi): each row's terms, then its max and exp, its running max
+// m and sum l, and its output row o rescaled (as SoftmaxKernels::
+// online_block does for the other rows). Row i (of rows [r0, r0 + rows)) is
+// query head h + i % g at position q0 + i / g, and sees keys [lo[i], hi[i]);
+// its scores are s[(i - r0) * kn, ...) for keys k0 .. k0 + kn - 1.
+struct ScoreBlockRows {
+  int64_t b, h, g, q0;
+  int64_t r0, rows, k0, kn;
+  float* s;
+  float *m, *l, *alpha, *o;
+  const int64_t *lo, *hi;
+};
+void OnlineRowsGeneral(const AttentionProblem& p, const SoftmaxKernels& kern,
+                       const ScoreBlockRows& blk);
+
 // How a row with running max m and sum l (of exp(s - m)) ends: what its
 // accumulated P V is multiplied by, and its log-sum-exp, with the head's
 // sink logit in the sum. No keys seen and no sink: factor 0, lse -inf.
