@@ -37,27 +37,6 @@ inline void RowRange(const OnlineBlock& b, int64_t r, int64_t* a, int64_t* e) {
   *e = std::clamp<int64_t>(b.hi[r] - b.k0, *a, b.kn);
 }
 
-// max over [0, n) of x * scale, NaN when any is NaN (as ScaledMax).
-float MaxPortable(const float* x, int64_t n, float scale) {
-  float m = kNegInf;
-  bool nan = false;
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i] * scale;
-    nan |= std::isnan(v);
-    m = std::fmax(m, v);
-  }
-  return nan ? std::numeric_limits<float>::quiet_NaN() : m;
-}
-
-float ExpPortable(float* x, int64_t n, float scale, float m) {
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n; ++i) {
-    x[i] = std::exp(x[i] * scale - m);
-    sum += x[i];
-  }
-  return sum;
-}
-
 ATTN_AVX2 void ScaleRowAvx2(float* x, int64_t n, float a) {
   const __m256 av = _mm256_set1_ps(a);
   int64_t i = 0;
@@ -86,12 +65,15 @@ ATTN_AVX512 inline void Zero512(float* x, int64_t n) {
 
 }  // namespace
 
+// The portable row kernels (std::exp) through their table: the same
+// passes as the per-row path.
 void OnlineBlockPortable(const OnlineBlock& b) {
+  const SoftmaxKernels& k = *SoftmaxKernelsFor(IsaTier::kPortable);
   for (int64_t r = 0; r < b.rows; ++r) {
     float* row = b.s + r * b.kn;
     int64_t a = 0, e = 0;
     RowRange(b, r, &a, &e);
-    const float m_blk = e > a ? MaxPortable(row + a, e - a, b.scale) : kNegInf;
+    const float m_blk = e > a ? k.scaled_max(row + a, e - a, b.scale) : kNegInf;
     float m_new = 0;
     if (!OnlineMax(m_blk, b.m[r], &m_new)) {
       std::fill(row, row + b.kn, 0.0f);
@@ -99,13 +81,13 @@ void OnlineBlockPortable(const OnlineBlock& b) {
     }
     std::fill(row, row + a, 0.0f);
     std::fill(row + e, row + b.kn, 0.0f);
-    const float sum = ExpPortable(row + a, e - a, b.scale, m_new);
+    const float sum = k.exp_sum(row + a, e - a, b.scale, m_new);
     const float alpha = OnlineCommit(b, r, m_new, sum);
     float* o = b.o + r * b.dv;
     if (alpha == 0.0f) {
       std::fill(o, o + b.dv, 0.0f);
     } else if (alpha != 1.0f) {
-      for (int64_t c = 0; c < b.dv; ++c) o[c] *= alpha;
+      k.scale(o, b.dv, alpha);
     }
   }
 }
