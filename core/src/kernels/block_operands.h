@@ -15,7 +15,7 @@ namespace attn::internal {
 // Per-thread buffers, grown on demand and reused across calls. Their size
 // depends on block sizes and head dims, never on sequence lengths.
 struct Workspace {
-  FloatBuffer s, o, qp, kp, vp, m, l, alpha;
+  FloatBuffer s, o, qp, kp, vp, m, l;
   FloatBuffer kt;              // an edge block's K^T, for the tile kernels
   std::vector<int64_t> spans;  // an edge block's row runs: (first, n, ka, ke)
   std::vector<int64_t> range;  // each row's key range [lo, hi)

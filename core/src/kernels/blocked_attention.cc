@@ -237,7 +237,6 @@ class BlockedAttention {
     float* o = Workspace::Ensure(ws.o, qn * dv);
     float* m = Workspace::Ensure(ws.m, qn);
     float* l = Workspace::Ensure(ws.l, qn);
-    float* alpha = Workspace::Ensure(ws.alpha, qn);
     std::fill(m, m + qn, kNegInf);
     std::fill(l, l + qn, 0.0f);
     std::fill(o, o + qn * dv, 0.0f);
@@ -279,8 +278,7 @@ class BlockedAttention {
                               l + first, o + first * dv, dv});
         } else {
           OnlineRowsGeneral(
-              p_, kern_,
-              {blk.b, blk.h, group_, blk.q0, first, n, k0, kn, scores, m, l, alpha, o, lo, hi});
+              p_, kern_, {blk.b, blk.h, group_, blk.q0, first, n, k0, kn, scores, m, l, o, lo, hi});
         }
       };
       if (!middle && tile_ != nullptr) {

@@ -102,16 +102,17 @@ void ApplyScoreTerms(const AttentionProblem& p, const SoftmaxKernels& kern, floa
 
 // The online softmax's step over one score block (blocked_attention.cc)
 // for rows whose scores need more than the scale (a padding mask, a bias,
-// softcap, ALiBi): each row's terms, then its max and exp, its running max
-// m and sum l, and its output row o rescaled (as SoftmaxKernels::
-// online_block does for the other rows). Row i (of rows [r0, r0 + rows)) is
-// query head h + i % g at position q0 + i / g, and sees keys [lo[i], hi[i]);
-// its scores are s[(i - r0) * kn, ...) for keys k0 .. k0 + kn - 1.
+// softcap, ALiBi): each row's terms over its keys, then the step the other
+// rows take (SoftmaxKernels::online_block, at scale 1): its max and exp, its
+// running max m and sum l, its output row o rescaled. Row i (of rows [r0,
+// r0 + rows)) is query head h + i % g at position q0 + i / g, and sees keys
+// [lo[i], hi[i]); its scores are s[(i - r0) * kn, ...) for keys k0 .. k0 +
+// kn - 1.
 struct ScoreBlockRows {
   int64_t b, h, g, q0;
   int64_t r0, rows, k0, kn;
   float* s;
-  float *m, *l, *alpha, *o;
+  float *m, *l, *o;
   const int64_t *lo, *hi;
 };
 void OnlineRowsGeneral(const AttentionProblem& p, const SoftmaxKernels& kern,

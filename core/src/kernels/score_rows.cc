@@ -81,44 +81,21 @@ void ApplyScoreTerms(const AttentionProblem& p, const SoftmaxKernels& kern, floa
 
 void OnlineRowsGeneral(const AttentionProblem& p, const SoftmaxKernels& kern,
                        const ScoreBlockRows& blk) {
-  const int64_t kn = blk.kn, k0 = blk.k0, dv = p.dv;
-  float *m = blk.m, *l = blk.l, *alpha = blk.alpha, *o = blk.o;
+  const int64_t kn = blk.kn, k0 = blk.k0;
   for (int64_t r = 0; r < blk.rows; ++r) {
-    const int64_t i = blk.r0 + r, head = blk.h + i % blk.g, pos = blk.q0 + i / blk.g;
-    float* row_all = blk.s + r * kn;
+    const int64_t i = blk.r0 + r;
     // This row's keys in the block: [a, e). Inside the band no element
     // needs a mask; only the range's ends cut it.
     const int64_t a = std::clamp<int64_t>(blk.lo[i] - k0, 0, kn);
     const int64_t e = std::clamp<int64_t>(blk.hi[i] - k0, a, kn);
-    const int64_t valid = e - a;
-    float* row = row_all + a;
-    if (valid > 0) ApplyScoreTerms(p, kern, row, valid, blk.b, head, pos, k0 + a);  // scaled
-    std::fill(row_all, row, 0.0f);
-    const float m_blk = valid > 0 ? kern.scaled_max(row, valid, 1.0f) : kNegInf;
-    const float m_old = m[i];
-    // NaN (from a NaN input) is kept and propagates to this row's output.
-    const float m_new = std::isnan(m_blk) ? m_blk : std::max(m_old, m_blk);
-    if (m_new == kNegInf) {  // every key so far masked: P = 0, O stays 0
-      std::fill(row_all, row_all + kn, 0.0f);
-      alpha[i] = 1.0f;
-      continue;
-    }
-    const float sum = kern.exp_sum(row, valid, 1.0f, m_new);
-    std::fill(row + valid, row_all + kn, 0.0f);
-    alpha[i] = m_old == kNegInf ? 0.0f : std::exp(m_old - m_new);
-    l[i] = l[i] * alpha[i] + sum;
-    m[i] = m_new;
-  }
-  // O = alpha * O (+ P V, next) for those rows (O starts at zero). alpha is
-  // 0 for a row's first keys, and also when exp(m_old - m_new) underflows
-  // (ALiBi's scores rise by hundreds along a row): O is cleared then.
-  for (int64_t i = blk.r0; i < blk.r0 + blk.rows; ++i) {
-    if (alpha[i] == 0.0f) {
-      std::fill(o + i * dv, o + (i + 1) * dv, 0.0f);
-    } else if (alpha[i] != 1.0f) {
-      kern.scale(o + i * dv, dv, alpha[i]);
+    if (e > a) {
+      ApplyScoreTerms(p, kern, blk.s + r * kn + a, e - a, blk.b, blk.h + i % blk.g,
+                      blk.q0 + i / blk.g, k0 + a);
     }
   }
+  // The scores are scaled now: the same step as the other rows take.
+  kern.online_block({blk.s, kn, blk.rows, blk.lo + blk.r0, blk.hi + blk.r0, k0, 1.0f,
+                     blk.m + blk.r0, blk.l + blk.r0, blk.o + blk.r0 * p.dv, p.dv});
 }
 
 RowFinish FinishRow(const AttentionProblem& p, int64_t h, float m, float l) {
