@@ -138,9 +138,7 @@ ATTN_AVX2 void F32ToBf16Avx2(const float* src, uint16_t* dst, int64_t n) {
 
 // ---- AVX-512 ------------------------------------------------------------------
 
-#define ATTN_AVX512F __attribute__((target("avx512f")))
-
-ATTN_AVX512F void F16ToF32Avx512(const uint16_t* src, float* dst, int64_t n) {
+ATTN_AVX512 void F16ToF32Avx512(const uint16_t* src, float* dst, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
@@ -149,7 +147,7 @@ ATTN_AVX512F void F16ToF32Avx512(const uint16_t* src, float* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = F16ToF32(src[i]);
 }
 
-ATTN_AVX512F void F32ToF16Avx512(const float* src, uint16_t* dst, int64_t n) {
+ATTN_AVX512 void F32ToF16Avx512(const float* src, uint16_t* dst, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m256i h = _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
@@ -158,7 +156,7 @@ ATTN_AVX512F void F32ToF16Avx512(const float* src, uint16_t* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = F32ToF16(src[i]);
 }
 
-ATTN_AVX512F void Bf16ToF32Avx512(const uint16_t* src, float* dst, int64_t n) {
+ATTN_AVX512 void Bf16ToF32Avx512(const uint16_t* src, float* dst, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512i w =
@@ -168,7 +166,7 @@ ATTN_AVX512F void Bf16ToF32Avx512(const uint16_t* src, float* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = FromBits(static_cast<uint32_t>(src[i]) << 16);
 }
 
-ATTN_AVX512F void F32ToBf16Avx512(const float* src, uint16_t* dst, int64_t n) {
+ATTN_AVX512 void F32ToBf16Avx512(const float* src, uint16_t* dst, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512 x = _mm512_loadu_ps(src + i);

@@ -315,6 +315,33 @@ TEST(Kernels, SmallMatmulOnlyOnTheAvx2Tier) {
             __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
 }
 
+// Checks C = init + A B (float64) on [m, n] and that the guard value
+// stands in every column past n of C's rows (ldc wide): the one reference
+// of the matmul kernels' tests. init(i, j) is C's value before the product.
+template <typename Init>
+void ExpectMatmul(int64_t m, int64_t n, int64_t k, const std::vector<float>& a, int64_t lda,
+                  const std::vector<float>& b, int64_t ldb, const std::vector<float>& c,
+                  int64_t ldc, float guard, Init init) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < ldc; ++j) {
+      const float got = c[static_cast<size_t>(i * ldc + j)];
+      if (j >= n) {
+        ASSERT_EQ(got, guard) << "wrote past column n at " << i << "," << j;
+        continue;
+      }
+      double want = init(i, j);
+      double mag = std::fabs(want);
+      for (int64_t p = 0; p < k; ++p) {
+        const double term = static_cast<double>(a[static_cast<size_t>(i * lda + p)]) *
+                            b[static_cast<size_t>(p * ldb + j)];
+        want += term;
+        mag += std::fabs(term);
+      }
+      ASSERT_NEAR(got, want, 1e-6 * mag + 1e-30) << i << "," << j;
+    }
+  }
+}
+
 TEST(Kernels, SmallMatmulMatchesFloat64WithAndWithoutBiasAndStaysInItsRows) {
   const SmallMatmulFn mm = SmallMatmulFor(IsaTier::kAvx2);
   if (mm == nullptr) GTEST_SKIP() << "no AVX2 + FMA on this CPU";
@@ -337,24 +364,9 @@ TEST(Kernels, SmallMatmulMatchesFloat64WithAndWithoutBiasAndStaysInItsRows) {
           std::vector<float> c(static_cast<size_t>(m * ldc), kGuard);
           mm(m, n, k, a.data(), lda, b.data(), ldb, with_bias ? bias.data() : nullptr, c.data(),
              ldc);
-          for (int64_t i = 0; i < m; ++i) {
-            for (int64_t j = 0; j < ldc; ++j) {
-              const float got = c[static_cast<size_t>(i * ldc + j)];
-              if (j >= n) {
-                ASSERT_EQ(got, kGuard) << "wrote past column n at " << i << "," << j;
-                continue;
-              }
-              double want = with_bias ? bias[static_cast<size_t>(j)] : 0.0;
-              double mag = std::fabs(want);
-              for (int64_t p = 0; p < k; ++p) {
-                const double t = static_cast<double>(a[static_cast<size_t>(i * lda + p)]) *
-                                 b[static_cast<size_t>(p * ldb + j)];
-                want += t;
-                mag += std::fabs(t);
-              }
-              ASSERT_NEAR(got, want, 1e-6 * mag + 1e-30) << i << "," << j;
-            }
-          }
+          ExpectMatmul(m, n, k, a, lda, b, ldb, c, ldc, kGuard, [&](int64_t, int64_t j) {
+            return with_bias ? static_cast<double>(bias[static_cast<size_t>(j)]) : 0.0;
+          });
         }
       }
     }
@@ -404,24 +416,9 @@ TEST(Kernels, TileMatmulMatchesFloat64AndStaysInItsRows) {
             }
             const std::vector<float> c0 = c;
             kern->matmul(m, n, k, a.data(), lda, b.data(), ldb, c.data(), ldc, acc);
-            for (int64_t i = 0; i < m; ++i) {
-              for (int64_t j = 0; j < ldc; ++j) {
-                const float got = c[static_cast<size_t>(i * ldc + j)];
-                if (j >= n) {
-                  ASSERT_EQ(got, kGuard) << "wrote past column n at " << i << "," << j;
-                  continue;
-                }
-                double want = acc ? c0[static_cast<size_t>(i * ldc + j)] : 0.0;
-                double mag = std::fabs(want);
-                for (int64_t p = 0; p < k; ++p) {
-                  const double term = static_cast<double>(a[static_cast<size_t>(i * lda + p)]) *
-                                      b[static_cast<size_t>(p * ldb + j)];
-                  want += term;
-                  mag += std::fabs(term);
-                }
-                ASSERT_NEAR(got, want, 1e-6 * mag + 1e-30) << i << "," << j;
-              }
-            }
+            ExpectMatmul(m, n, k, a, lda, b, ldb, c, ldc, kGuard, [&](int64_t i, int64_t j) {
+              return acc ? static_cast<double>(c0[static_cast<size_t>(i * ldc + j)]) : 0.0;
+            });
           }
         }
       }

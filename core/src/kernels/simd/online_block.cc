@@ -37,21 +37,6 @@ inline void RowRange(const OnlineBlock& b, int64_t r, int64_t* a, int64_t* e) {
   *e = std::clamp<int64_t>(b.hi[r] - b.k0, *a, b.kn);
 }
 
-ATTN_AVX2 void ScaleRowAvx2(float* x, int64_t n, float a) {
-  const __m256 av = _mm256_set1_ps(a);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), av));
-  for (; i < n; ++i) x[i] *= a;
-}
-
-ATTN_AVX512 void ScaleRow512(float* x, int64_t n, float a) {
-  const __m512 av = _mm512_set1_ps(a);
-  for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 k = Lanes16(n - i);
-    _mm512_mask_storeu_ps(x + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), av));
-  }
-}
-
 ATTN_AVX2 inline void ZeroAvx2(float* x, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_setzero_ps());
@@ -96,30 +81,11 @@ void OnlineBlockPortable(const OnlineBlock& b) {
 // the exp. Full vectors in the loops, the tail masked (AMD's masked stores
 // are slow: the tail's is the only one).
 ATTN_AVX2 void OnlineBlockAvx2(const OnlineBlock& b) {
-  const __m256 sv = _mm256_set1_ps(b.scale);
-  const __m256 neg_inf = _mm256_set1_ps(kNegInf);
   for (int64_t r = 0; r < b.rows; ++r) {
     float* row = b.s + r * b.kn;
     int64_t a = 0, e = 0;
     RowRange(b, r, &a, &e);
-    __m256 m0 = neg_inf, m1 = neg_inf, nan = _mm256_setzero_ps();
-    int64_t j = a;
-    for (; j + 16 <= e; j += 16) {
-      const __m256 x0 = _mm256_mul_ps(_mm256_loadu_ps(row + j), sv);
-      const __m256 x1 = _mm256_mul_ps(_mm256_loadu_ps(row + j + 8), sv);
-      nan = _mm256_or_ps(nan, _mm256_cmp_ps(x0, x1, _CMP_UNORD_Q));
-      m0 = _mm256_max_ps(m0, x0);
-      m1 = _mm256_max_ps(m1, x1);
-    }
-    for (; j < e; j += 8) {
-      const __m256i k = LaneMask256(e - j);
-      __m256 x = _mm256_mul_ps(_mm256_maskload_ps(row + j, k), sv);
-      x = _mm256_blendv_ps(neg_inf, x, _mm256_castsi256_ps(k));
-      nan = _mm256_or_ps(nan, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-      m0 = _mm256_max_ps(m0, x);
-    }
-    const float m_blk = _mm256_movemask_ps(nan) != 0 ? std::numeric_limits<float>::quiet_NaN()
-                                                     : ReduceMax256(_mm256_max_ps(m0, m1));
+    const float m_blk = e > a ? ScaledMaxRow256(row + a, e - a, b.scale) : kNegInf;
     float m_new = 0;
     if (!OnlineMax(m_blk, b.m[r], &m_new)) {
       ZeroAvx2(row, b.kn);
@@ -127,58 +93,23 @@ ATTN_AVX2 void OnlineBlockAvx2(const OnlineBlock& b) {
     }
     ZeroAvx2(row, a);
     ZeroAvx2(row + e, b.kn - e);
-    const __m256 mv = _mm256_set1_ps(m_new);
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
-    j = a;
-    for (; j + 16 <= e; j += 16) {
-      const __m256 x0 = Exp256(_mm256_fmsub_ps(_mm256_loadu_ps(row + j), sv, mv));
-      const __m256 x1 = Exp256(_mm256_fmsub_ps(_mm256_loadu_ps(row + j + 8), sv, mv));
-      _mm256_storeu_ps(row + j, x0);
-      _mm256_storeu_ps(row + j + 8, x1);
-      acc0 = _mm256_add_ps(acc0, x0);
-      acc1 = _mm256_add_ps(acc1, x1);
-    }
-    for (; j < e; j += 8) {
-      const __m256i k = LaneMask256(e - j);
-      const __m256 x = Exp256(_mm256_fmsub_ps(_mm256_maskload_ps(row + j, k), sv, mv));
-      _mm256_maskstore_ps(row + j, k, x);
-      acc0 = _mm256_add_ps(acc0, _mm256_and_ps(x, _mm256_castsi256_ps(k)));
-    }
-    const float alpha = OnlineCommit(b, r, m_new, ReduceAdd256(_mm256_add_ps(acc0, acc1)));
+    const float sum = ExpSumRow256(row + a, e - a, b.scale, m_new);
+    const float alpha = OnlineCommit(b, r, m_new, sum);
     float* o = b.o + r * b.dv;
     if (alpha == 0.0f) {
       ZeroAvx2(o, b.dv);
     } else if (alpha != 1.0f) {
-      ScaleRowAvx2(o, b.dv, alpha);
+      ScaleRow256(o, b.dv, alpha);
     }
   }
 }
 
 ATTN_AVX512 void OnlineBlockAvx512(const OnlineBlock& b) {
-  const __m512 sv = _mm512_set1_ps(b.scale);
-  const __m512 neg_inf = _mm512_set1_ps(kNegInf);
   for (int64_t r = 0; r < b.rows; ++r) {
     float* row = b.s + r * b.kn;
     int64_t a = 0, e = 0;
     RowRange(b, r, &a, &e);
-    __m512 m0 = neg_inf, m1 = neg_inf;
-    __mmask16 nan = 0;
-    int64_t j = a;
-    for (; j + 32 <= e; j += 32) {
-      const __m512 x0 = _mm512_mul_ps(_mm512_loadu_ps(row + j), sv);
-      const __m512 x1 = _mm512_mul_ps(_mm512_loadu_ps(row + j + 16), sv);
-      nan |= _mm512_cmp_ps_mask(x0, x1, _CMP_UNORD_Q);
-      m0 = _mm512_max_ps(m0, x0);
-      m1 = _mm512_max_ps(m1, x1);
-    }
-    for (; j < e; j += 16) {
-      const __mmask16 k = Lanes16(e - j);
-      const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, row + j), sv);
-      nan |= _mm512_mask_cmp_ps_mask(k, x, x, _CMP_UNORD_Q);
-      m0 = _mm512_mask_max_ps(m0, k, m0, x);
-    }
-    const float m_blk = nan != 0 ? std::numeric_limits<float>::quiet_NaN()
-                                 : _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
+    const float m_blk = e > a ? ScaledMaxRow512(row + a, e - a, b.scale) : kNegInf;
     float m_new = 0;
     if (!OnlineMax(m_blk, b.m[r], &m_new)) {
       Zero512(row, b.kn);
@@ -186,23 +117,8 @@ ATTN_AVX512 void OnlineBlockAvx512(const OnlineBlock& b) {
     }
     Zero512(row, a);
     Zero512(row + e, b.kn - e);
-    const __m512 mv = _mm512_set1_ps(m_new);
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
-    for (j = a; j + 32 <= e; j += 32) {
-      const __m512 x0 = Exp512(_mm512_fmsub_ps(_mm512_loadu_ps(row + j), sv, mv));
-      const __m512 x1 = Exp512(_mm512_fmsub_ps(_mm512_loadu_ps(row + j + 16), sv, mv));
-      _mm512_storeu_ps(row + j, x0);
-      _mm512_storeu_ps(row + j + 16, x1);
-      acc0 = _mm512_add_ps(acc0, x0);
-      acc1 = _mm512_add_ps(acc1, x1);
-    }
-    for (; j < e; j += 16) {
-      const __mmask16 k = Lanes16(e - j);
-      const __m512 x = Exp512(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(k, row + j), sv, mv));
-      _mm512_mask_storeu_ps(row + j, k, x);
-      acc0 = _mm512_add_ps(acc0, _mm512_maskz_mov_ps(k, x));
-    }
-    const float alpha = OnlineCommit(b, r, m_new, _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)));
+    const float sum = ExpSumRow512(row + a, e - a, b.scale, m_new);
+    const float alpha = OnlineCommit(b, r, m_new, sum);
     float* o = b.o + r * b.dv;
     if (alpha == 0.0f) {
       Zero512(o, b.dv);

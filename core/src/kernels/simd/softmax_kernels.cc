@@ -68,60 +68,8 @@ void AlibiPortable(float* x, int64_t n, float slope, int64_t pos, int64_t k0) {
 }
 
 // ---- AVX2 + FMA kernels -----------------------------------------------------
-
-ATTN_AVX2 float ScaledMaxAvx2(const float* x, int64_t n, float scale) {
-  const __m256 s = _mm256_set1_ps(scale);
-  const __m256 neg_inf = _mm256_set1_ps(kNegInf);
-  __m256 m0 = neg_inf, m1 = neg_inf;
-  // As in the AVX-512 version, NaN is tracked apart from the max.
-  __m256 nan = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m256 a = _mm256_mul_ps(_mm256_loadu_ps(x + i), s);
-    const __m256 b = _mm256_mul_ps(_mm256_loadu_ps(x + i + 8), s);
-    nan = _mm256_or_ps(nan, _mm256_cmp_ps(a, b, _CMP_UNORD_Q));
-    m0 = _mm256_max_ps(m0, a);
-    m1 = _mm256_max_ps(m1, b);
-  }
-  for (; i < n; i += 8) {
-    const __m256i k = n - i >= 8 ? _mm256_set1_epi32(-1) : LaneMask256(n - i);
-    __m256 a = _mm256_mul_ps(_mm256_maskload_ps(x + i, k), s);
-    a = _mm256_blendv_ps(neg_inf, a, _mm256_castsi256_ps(k));
-    nan = _mm256_or_ps(nan, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
-    m0 = _mm256_max_ps(m0, a);
-  }
-  if (_mm256_movemask_ps(nan) != 0) return std::numeric_limits<float>::quiet_NaN();
-  return ReduceMax256(_mm256_max_ps(m0, m1));
-}
-
-ATTN_AVX2 float ExpSumAvx2(float* x, int64_t n, float scale, float m) {
-  const __m256 s = _mm256_set1_ps(scale);
-  const __m256 mv = _mm256_set1_ps(m);
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m256 e0 = Exp256(_mm256_fmsub_ps(_mm256_loadu_ps(x + i), s, mv));
-    const __m256 e1 = Exp256(_mm256_fmsub_ps(_mm256_loadu_ps(x + i + 8), s, mv));
-    _mm256_storeu_ps(x + i, e0);
-    _mm256_storeu_ps(x + i + 8, e1);
-    acc0 = _mm256_add_ps(acc0, e0);
-    acc1 = _mm256_add_ps(acc1, e1);
-  }
-  for (; i < n; i += 8) {
-    const __m256i k = n - i >= 8 ? _mm256_set1_epi32(-1) : LaneMask256(n - i);
-    const __m256 e = Exp256(_mm256_fmsub_ps(_mm256_maskload_ps(x + i, k), s, mv));
-    _mm256_maskstore_ps(x + i, k, e);
-    acc0 = _mm256_add_ps(acc0, _mm256_and_ps(e, _mm256_castsi256_ps(k)));
-  }
-  return ReduceAdd256(_mm256_add_ps(acc0, acc1));
-}
-
-ATTN_AVX2 void ScaleAvx2(float* x, int64_t n, float a) {
-  const __m256 av = _mm256_set1_ps(a);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), av));
-  for (; i < n; ++i) x[i] *= a;
-}
+// The max, exp-and-sum and scale passes are vec_math.h's (ScaledMaxRow256,
+// ExpSumRow256, ScaleRow256), shared with the online block step.
 
 ATTN_AVX2 void ScaleAddAvx2(float* x, int64_t n, float a, const float* bias) {
   const __m256 av = _mm256_set1_ps(a);
@@ -179,59 +127,7 @@ ATTN_AVX2 void AlibiAvx2(float* x, int64_t n, float slope, int64_t pos, int64_t 
 }
 
 // ---- AVX-512 kernels --------------------------------------------------------
-
-ATTN_AVX512 float ScaledMaxAvx512(const float* x, int64_t n, float scale) {
-  const __m512 s = _mm512_set1_ps(scale);
-  __m512 m0 = _mm512_set1_ps(kNegInf), m1 = m0;
-  // maxps drops a NaN operand depending on its position, so NaN is tracked
-  // separately: a NaN score must give a NaN row, not a "fully masked" one.
-  __mmask16 nan = 0;
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    const __m512 a = _mm512_mul_ps(_mm512_loadu_ps(x + i), s);
-    const __m512 b = _mm512_mul_ps(_mm512_loadu_ps(x + i + 16), s);
-    nan |= _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q);
-    m0 = _mm512_max_ps(m0, a);
-    m1 = _mm512_max_ps(m1, b);
-  }
-  for (; i < n; i += 16) {
-    const __mmask16 k = n - i >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - i)) - 1);
-    const __m512 a = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), s);
-    nan |= _mm512_mask_cmp_ps_mask(k, a, a, _CMP_UNORD_Q);
-    m0 = _mm512_mask_max_ps(m0, k, m0, a);
-  }
-  if (nan) return std::numeric_limits<float>::quiet_NaN();
-  return _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
-}
-
-ATTN_AVX512 float ExpSumAvx512(float* x, int64_t n, float scale, float m) {
-  const __m512 s = _mm512_set1_ps(scale);
-  const __m512 mv = _mm512_set1_ps(m);
-  __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    __m512 e0 = Exp512(_mm512_fmsub_ps(_mm512_loadu_ps(x + i), s, mv));
-    __m512 e1 = Exp512(_mm512_fmsub_ps(_mm512_loadu_ps(x + i + 16), s, mv));
-    _mm512_storeu_ps(x + i, e0);
-    _mm512_storeu_ps(x + i + 16, e1);
-    acc0 = _mm512_add_ps(acc0, e0);
-    acc1 = _mm512_add_ps(acc1, e1);
-  }
-  for (; i < n; i += 16) {
-    const __mmask16 k = n - i >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - i)) - 1);
-    __m512 e = Exp512(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(k, x + i), s, mv));
-    _mm512_mask_storeu_ps(x + i, k, e);
-    acc0 = _mm512_add_ps(acc0, _mm512_maskz_mov_ps(k, e));
-  }
-  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-}
-
-ATTN_AVX512 void ScaleAvx512(float* x, int64_t n, float a) {
-  const __m512 av = _mm512_set1_ps(a);
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), av));
-  for (; i < n; ++i) x[i] *= a;
-}
+// Likewise ScaledMaxRow512, ExpSumRow512 and ScaleRow512 (vec_math.h).
 
 ATTN_AVX512 void ScaleAddAvx512(float* x, int64_t n, float a, const float* bias) {
   const __m512 av = _mm512_set1_ps(a);
@@ -265,7 +161,7 @@ ATTN_AVX512 inline __m512 Tanh512(__m512 y) {
 ATTN_AVX512 void SoftcapAvx512(float* x, int64_t n, float scale, float cap) {
   const __m512 inner = _mm512_set1_ps(scale / cap), cv = _mm512_set1_ps(cap);
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 k = n - i >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __mmask16 k = Lanes16(n - i);
     const __m512 y = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), inner);
     _mm512_mask_storeu_ps(x + i, k, _mm512_mul_ps(cv, Tanh512(y)));
   }
@@ -277,7 +173,7 @@ ATTN_AVX512 void AlibiAvx512(float* x, int64_t n, float slope, int64_t pos, int6
   const __m512 sv = _mm512_set1_ps(slope);
   const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   for (int64_t j = 0; j < n; j += 16) {
-    const __mmask16 k = n - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - j)) - 1);
+    const __mmask16 k = Lanes16(n - j);
     const __m512i d = _mm512_sub_epi32(_mm512_set1_epi32(static_cast<int32_t>(d0 - j)), iota);
     const __m512 dist = _mm512_cvtepi32_ps(_mm512_abs_epi32(d));
     _mm512_mask_storeu_ps(x + j, k, _mm512_fnmadd_ps(sv, dist, _mm512_maskz_loadu_ps(k, x + j)));
@@ -287,9 +183,9 @@ ATTN_AVX512 void AlibiAvx512(float* x, int64_t n, float slope, int64_t pos, int6
 constexpr SoftmaxKernels kPortable{ScaledMaxPortable,   ExpSumPortable,    ScalePortable,
                                    ScaleAddPortable,    SoftcapPortable,   AlibiPortable,
                                    OnlineBlockPortable, IsaTier::kPortable};
-constexpr SoftmaxKernels kAvx2{ScaledMaxAvx2, ExpSumAvx2, ScaleAvx2,       ScaleAddAvx2,
-                               SoftcapAvx2,   AlibiAvx2,  OnlineBlockAvx2, IsaTier::kAvx2};
-constexpr SoftmaxKernels kAvx512{ScaledMaxAvx512,   ExpSumAvx512,    ScaleAvx512,
+constexpr SoftmaxKernels kAvx2{ScaledMaxRow256, ExpSumRow256, ScaleRow256,     ScaleAddAvx2,
+                               SoftcapAvx2,     AlibiAvx2,    OnlineBlockAvx2, IsaTier::kAvx2};
+constexpr SoftmaxKernels kAvx512{ScaledMaxRow512,   ExpSumRow512,    ScaleRow512,
                                  ScaleAddAvx512,    SoftcapAvx512,   AlibiAvx512,
                                  OnlineBlockAvx512, IsaTier::kAvx512};
 

@@ -1,13 +1,13 @@
-// Internal to core: the vector exp, reductions and tail masks that the row kernels
-// (softmax_kernels.cc) and the online block step (online_block.cc) share.
-// Each is compiled for its ISA with a target attribute (support/simd.h).
+// Internal to core: the vector exp, reductions and row passes (max, exp
+// and sum, scale) that the per-row kernels (softmax_kernels.cc) and the
+// online block step (online_block.cc) share. Each is compiled for its ISA
+// with a target attribute (support/simd.h).
 #pragma once
 
 #include <cstdint>
+#include <limits>
 
 #include "support/simd.h"
-
-#define ATTN_AVX512 __attribute__((target("avx512f")))
 
 namespace attn::internal {
 
@@ -69,9 +69,118 @@ ATTN_AVX512 inline __m512 Exp512(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
-ATTN_AVX512 inline __mmask16 Lanes16(int64_t n) {
-  return n >= 16 ? static_cast<__mmask16>(0xFFFF)
-                 : static_cast<__mmask16>(n <= 0 ? 0u : (1u << n) - 1u);
+// ---- Row passes, one per tier ---------------------------------------------
+// max_j(x[j] * scale) over n floats, NaN if any product is NaN (maxps drops
+// a NaN operand depending on its position, so NaN is tracked apart: a NaN
+// score must give a NaN row, not a "fully masked" one); -inf for n == 0.
+// Full vectors in the loops, the tail masked (AMD's masked stores are slow).
+
+ATTN_AVX2 inline float ScaledMaxRow256(const float* x, int64_t n, float scale) {
+  const __m256 s = _mm256_set1_ps(scale);
+  const __m256 neg_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  __m256 m0 = neg_inf, m1 = neg_inf, nan = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 a = _mm256_mul_ps(_mm256_loadu_ps(x + i), s);
+    const __m256 b = _mm256_mul_ps(_mm256_loadu_ps(x + i + 8), s);
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(a, b, _CMP_UNORD_Q));
+    m0 = _mm256_max_ps(m0, a);
+    m1 = _mm256_max_ps(m1, b);
+  }
+  for (; i < n; i += 8) {
+    const __m256i k = LaneMask256(n - i);
+    __m256 a = _mm256_mul_ps(_mm256_maskload_ps(x + i, k), s);
+    a = _mm256_blendv_ps(neg_inf, a, _mm256_castsi256_ps(k));
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+    m0 = _mm256_max_ps(m0, a);
+  }
+  if (_mm256_movemask_ps(nan) != 0) return std::numeric_limits<float>::quiet_NaN();
+  return ReduceMax256(_mm256_max_ps(m0, m1));
+}
+
+// x[j] = exp(x[j] * scale - m) in place; returns their sum.
+ATTN_AVX2 inline float ExpSumRow256(float* x, int64_t n, float scale, float m) {
+  const __m256 s = _mm256_set1_ps(scale);
+  const __m256 mv = _mm256_set1_ps(m);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 e0 = Exp256(_mm256_fmsub_ps(_mm256_loadu_ps(x + i), s, mv));
+    const __m256 e1 = Exp256(_mm256_fmsub_ps(_mm256_loadu_ps(x + i + 8), s, mv));
+    _mm256_storeu_ps(x + i, e0);
+    _mm256_storeu_ps(x + i + 8, e1);
+    acc0 = _mm256_add_ps(acc0, e0);
+    acc1 = _mm256_add_ps(acc1, e1);
+  }
+  for (; i < n; i += 8) {
+    const __m256i k = LaneMask256(n - i);
+    const __m256 e = Exp256(_mm256_fmsub_ps(_mm256_maskload_ps(x + i, k), s, mv));
+    _mm256_maskstore_ps(x + i, k, e);
+    acc0 = _mm256_add_ps(acc0, _mm256_and_ps(e, _mm256_castsi256_ps(k)));
+  }
+  return ReduceAdd256(_mm256_add_ps(acc0, acc1));
+}
+
+// x[j] *= a.
+ATTN_AVX2 inline void ScaleRow256(float* x, int64_t n, float a) {
+  const __m256 av = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), av));
+  for (; i < n; ++i) x[i] *= a;
+}
+
+ATTN_AVX512 inline float ScaledMaxRow512(const float* x, int64_t n, float scale) {
+  const __m512 s = _mm512_set1_ps(scale);
+  __m512 m0 = _mm512_set1_ps(-std::numeric_limits<float>::infinity()), m1 = m0;
+  __mmask16 nan = 0;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512 a = _mm512_mul_ps(_mm512_loadu_ps(x + i), s);
+    const __m512 b = _mm512_mul_ps(_mm512_loadu_ps(x + i + 16), s);
+    nan |= _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q);
+    m0 = _mm512_max_ps(m0, a);
+    m1 = _mm512_max_ps(m1, b);
+  }
+  for (; i < n; i += 16) {
+    const __mmask16 k = Lanes16(n - i);
+    const __m512 a = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), s);
+    nan |= _mm512_mask_cmp_ps_mask(k, a, a, _CMP_UNORD_Q);
+    m0 = _mm512_mask_max_ps(m0, k, m0, a);
+  }
+  if (nan) return std::numeric_limits<float>::quiet_NaN();
+  return _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
+}
+
+ATTN_AVX512 inline float ExpSumRow512(float* x, int64_t n, float scale, float m) {
+  const __m512 s = _mm512_set1_ps(scale);
+  const __m512 mv = _mm512_set1_ps(m);
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512 e0 = Exp512(_mm512_fmsub_ps(_mm512_loadu_ps(x + i), s, mv));
+    const __m512 e1 = Exp512(_mm512_fmsub_ps(_mm512_loadu_ps(x + i + 16), s, mv));
+    _mm512_storeu_ps(x + i, e0);
+    _mm512_storeu_ps(x + i + 16, e1);
+    acc0 = _mm512_add_ps(acc0, e0);
+    acc1 = _mm512_add_ps(acc1, e1);
+  }
+  for (; i < n; i += 16) {
+    const __mmask16 k = Lanes16(n - i);
+    const __m512 e = Exp512(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(k, x + i), s, mv));
+    _mm512_mask_storeu_ps(x + i, k, e);
+    acc0 = _mm512_add_ps(acc0, _mm512_maskz_mov_ps(k, e));
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}
+
+ATTN_AVX512 inline void ScaleRow512(float* x, int64_t n, float a) {
+  const __m512 av = _mm512_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), av));
+  if (i < n) {
+    const __mmask16 k = Lanes16(n - i);
+    _mm512_mask_storeu_ps(x + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), av));
+  }
 }
 
 }  // namespace attn::internal
