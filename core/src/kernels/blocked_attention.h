@@ -121,6 +121,7 @@ void OnlineRowsGeneral(const AttentionProblem& p, const SoftmaxKernels& kern,
 // How a row with running max m and sum l (of exp(s - m)) ends: what its
 // accumulated P V is multiplied by, and its log-sum-exp, with the head's
 // sink logit in the sum. No keys seen and no sink: factor 0, lse -inf.
+// The lse (a log per row) only where p.lse asks for it; else NaN.
 struct RowFinish {
   float factor, lse;
 };

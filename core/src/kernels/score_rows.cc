@@ -15,6 +15,7 @@ namespace attn::internal {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 void MaskPadded(const AttentionProblem& p, float* row, int64_t n, int64_t b, int64_t k0) {
   if (p.kpm == nullptr) return;
@@ -101,13 +102,13 @@ void OnlineRowsGeneral(const AttentionProblem& p, const SoftmaxKernels& kern,
 RowFinish FinishRow(const AttentionProblem& p, int64_t h, float m, float l) {
   if (p.sink == nullptr) {
     if (l == 0.0f) return {0.0f, kNegInf};
-    return {1.0f / l, m + std::log(l)};
+    return {1.0f / l, p.lse != nullptr ? m + std::log(l) : kNaN};
   }
   const float sink = p.sink[h];
   const float mf = std::isnan(m) ? m : std::max(m, sink);
   const float seen = m == kNegInf || l == 0.0f ? 0.0f : std::exp(m - mf);
   const float lf = l * seen + std::exp(sink - mf);
-  return {seen / lf, mf + std::log(lf)};
+  return {seen / lf, p.lse != nullptr ? mf + std::log(lf) : kNaN};
 }
 
 void CopyRows(const float* base, int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride,

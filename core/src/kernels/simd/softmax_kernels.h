@@ -1,9 +1,10 @@
 // Row kernels of the online (blocked) softmax. Internal to core.
 //
 // Three tiers, chosen once at run time (attn/cpu_info.h): AVX-512 and
-// AVX2 + FMA versions with a vectorized polynomial exp (Cephes coefficients,
-// range-reduced; about 1 ulp above FLT_MIN; below it AVX2 gives 0 where
-// AVX-512 gives the subnormal), and a portable version using std::exp. Each tier is
+// AVX2 + FMA versions with a vectorized polynomial exp (range-reduced,
+// within 4e-7 relative above FLT_MIN; below it 0 or the subnormal; AVX2's
+// softmax passes use the shorter ExpNonPositive256 of vec_math.h), and a
+// portable version using std::exp. Each tier is
 // compiled with a target attribute, so the shipped binary needs no
 // -march=native and runs on every x86-64 CPU.
 #pragma once
