@@ -11,6 +11,22 @@
 
 namespace attn::internal {
 
+// The range reduction of the AVX2 exps: x = n ln2 + r with n an integer
+// (round to nearest) and |r| <= ln2/2, ln2 in two parts (Cody-Waite) so
+// that r is exact to float rounding.
+ATTN_AVX2 inline __m256 ExpReduce256(__m256 x, __m256* n) {
+  *n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 r = _mm256_fnmadd_ps(*n, _mm256_set1_ps(0.693359375f), x);
+  return _mm256_fnmadd_ps(*n, _mm256_set1_ps(-2.12194440e-4f), r);
+}
+
+// 2^n for integral n in [-127, 127], built in the exponent field (0 for -127).
+ATTN_AVX2 inline __m256 Pow2Int256(__m256 n) {
+  return _mm256_castsi256_ps(
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+}
+
 // The Exp512 below with AVX2's tools: no scalef, so 2^n is built in the
 // exponent field, which holds n in [-126, 127]; x is clamped to that range and
 // anything whose exp is below FLT_MIN gives 0 (softmax sums are >= 1, so the
@@ -20,10 +36,8 @@ ATTN_AVX2 inline __m256 Exp256(__m256 x) {
   const __m256 tiny = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);  // false for NaN
   // max(c, x) and min(c, x) return x when x is NaN, so NaN propagates.
   x = _mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_max_ps(lo, x));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 n;
+  const __m256 r = ExpReduce256(x, &n);
   __m256 p = _mm256_set1_ps(1.9875691500e-4f);
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
@@ -31,9 +45,7 @@ ATTN_AVX2 inline __m256 Exp256(__m256 x) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
   p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  const __m256i bits =
-      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(bits)));
+  return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, Pow2Int256(n)));
 }
 
 // exp(x) for a softmax argument, x = score - row max <= 0 (up to the
@@ -49,10 +61,8 @@ ATTN_AVX2 inline __m256 Exp256(__m256 x) {
 // polynomial.
 ATTN_AVX2 inline __m256 ExpNonPositive256(__m256 x) {
   x = _mm256_max_ps(_mm256_set1_ps(-88.0f), x);
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 n;
+  const __m256 r = ExpReduce256(x, &n);
   // e^r on [-ln2/2, ln2/2] as 1 + r q(r), q of degree 4 and minimax for
   // the relative error (9.2e-8 in exact arithmetic); the constant 1 keeps
   // exp(0) exactly 1.
@@ -62,9 +72,7 @@ ATTN_AVX2 inline __m256 ExpNonPositive256(__m256 x) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.99991506e-1f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(9.99999702e-1f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  const __m256i bits =
-      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+  return _mm256_mul_ps(p, Pow2Int256(n));
 }
 
 ATTN_AVX2 inline float ReduceMax256(__m256 v) {
