@@ -10,6 +10,11 @@
 # TIER is avx512, avx2 or portable (default: every tier the CPU has, from
 # avx2 up). Writes OUT_DIR/core_bench_TIER.json, torch_reference_TIER.json
 # and core_bench_TIER.md. Run by hand on an idle machine; not part of CI.
+#
+# The repetitions (REPS, default 3) run in random interleaved order, so the
+# 1024^3 matmul reference is sampled across the whole run rather than once at
+# its start: on a shared VM whose speed drifts, a ratio then compares rows
+# measured under the same conditions. The table takes each row's median.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-build}
@@ -30,7 +35,8 @@ for tier in "${tiers[@]}"; do
   torch_env=$(torch_tier_env "$tier") || { echo "tier '$tier': not on this CPU (or unknown)" >&2; exit 2; }
   echo "== tier $tier"
   ATTN_MAX_ISA=$tier "$build/bin/attention-core-bench" --benchmark_min_time=1 \
-    --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+    --benchmark_repetitions="${REPS:-3}" --benchmark_enable_random_interleaving=true \
+    --benchmark_report_aggregates_only=true \
     --benchmark_out="$out/core_bench_$tier.json" --benchmark_out_format=json
   torch_json=""
   if /usr/bin/python3 -c "import torch" 2>/dev/null; then

@@ -13,26 +13,35 @@ from torch_blas import describe, is_openblas
 
 
 def load_core(path):
+    """The medians of core_bench.json: compute rows (GFLOPS), memory-bound rows
+    (GBps: the read probe and the KV decode rows) and the half-precision
+    conversions (f32_GBps), each in benchmark registration order (an
+    interleaved run writes its rows in the order they ran)."""
     with open(path) as f:
         doc = json.load(f)
-    rows, conversions = {}, {}
+    rows, memory, conversions = {}, {}, {}
     to_ms = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
-    for b in doc["benchmarks"]:
-        if b.get("aggregate_name", "median") != "median":
-            continue
+
+    def rate(value):  # older Google Benchmark versions report raw per-second counts
+        return value / 1e9 if value > 1e6 else value
+
+    medians = [b for b in doc["benchmarks"] if b.get("aggregate_name", "median") == "median"]
+    medians.sort(key=lambda b: (b.get("family_index", 0), b.get("per_family_instance_index", 0)))
+    for b in medians:
         name = b.get("run_name", b["name"]).replace("/real_time", "")
         ms = b["real_time"] * to_ms[b.get("time_unit", "ms")]
         if "f32_GBps" in b:
-            gbps = b["f32_GBps"] / 1e9 if b["f32_GBps"] > 1e6 else b["f32_GBps"]
-            conversions[name] = {"ms": ms, "gbps": gbps, "label": b.get("label", "")}
-            continue
-        rows[name] = {"ms": ms, "gflops": b["GFLOPS"] / 1e9
-                      if b["GFLOPS"] > 1e6 else b["GFLOPS"]}
-    return doc["context"], rows, conversions
+            conversions[name] = {"ms": ms, "gbps": rate(b["f32_GBps"]), "label": b.get("label", "")}
+        elif "GBps" in b:
+            memory[name] = {"ms": ms, "gbps": rate(b["GBps"]), "steps": b.get("steps_per_s"),
+                            "label": b.get("label", "")}
+        elif "GFLOPS" in b:
+            rows[name] = {"ms": ms, "gflops": rate(b["GFLOPS"])}
+    return doc["context"], rows, memory, conversions
 
 
 def main():
-    context, core, conversions = load_core(sys.argv[1])
+    context, core, memory, conversions = load_core(sys.argv[1])
     torch, torch_note = {}, ""
     if len(sys.argv) > 2:
         with open(sys.argv[2]) as f:
@@ -63,6 +72,16 @@ def main():
             t = torch.get(name)
             line += f" {t['ms']:.2f} | {t['ms'] / r['ms']:.1f}x |" if t else " | |"
         print(line)
+    if memory:
+        probe = memory.get("BM_MemoryRead")
+        print("\nMemory-bound rows (bytes read per second; a KV decode row against the in-run "
+              "plain read, BM_MemoryRead):\n")
+        print("| benchmark | ms | GB/s | / read | steps/s |")
+        print("|---|---:|---:|---:|---:|")
+        for name, r in memory.items():
+            ratio = f"{r['gbps'] / probe['gbps']:.2f}" if probe and name != "BM_MemoryRead" else ""
+            steps = f"{r['steps']:.0f}" if r["steps"] is not None else ""
+            print(f"| {name} | {r['ms']:.3f} | {r['gbps']:.1f} | {ratio} | {steps} |")
     if conversions:
         print("\nHalf-precision conversions, one thread, 1M elements (float32 bytes per second):\n")
         print("| benchmark | type | ms | GB/s |")

@@ -1,6 +1,7 @@
 """The PyTorch columns refuse a reference BLAS: torch_blas reads the BLAS out
 of a memory map, and both summaries drop the PyTorch column (row 4) unless
-that BLAS is OpenBLAS, naming it in the header when it is."""
+that BLAS is OpenBLAS, naming it in the header when it is. The core summary
+also reads an interleaved run with memory-bound rows."""
 import json
 import os
 import subprocess
@@ -48,7 +49,40 @@ def torch_json(blas):
             "benchmarks": [{"name": "BM_Mha/B:1/L:2048", "ms": 131.0, "gflops": 25.0}]}
 
 
+def interleaved_core_bench_json():
+    """An interleaved run's medians, written in the order the rows ran, with
+    the memory-bound rows (GBps) and a conversion row (f32_GBps)."""
+    def row(name, family, ms, **counters):
+        return dict({"name": name + "_median", "run_name": name, "aggregate_name": "median",
+                     "family_index": family, "per_family_instance_index": 0,
+                     "real_time": ms, "time_unit": "ms"}, **counters)
+    return {"context": {"cpu_model": "test CPU", "num_cpus": 2},
+            "benchmarks": [row("BM_KvDecode/sessions:1/L:4096", 5, 2.0, GBps=20.0,
+                               steps_per_s=500.0),
+                           row("BM_Sdpa/L:2048/causal:0", 1, 30.0, GFLOPS=90.0),
+                           row("BM_FloatToHalf/bf16:1", 3, 0.1, f32_GBps=30.0, label="bfloat16"),
+                           row("BM_MemoryRead", 4, 40.0, GBps=25.0, label="2 threads"),
+                           row("BM_OneDnnMatmul1024", 0, 10.0, GFLOPS=100.0)]}
+
+
 class Summaries(unittest.TestCase):
+    def test_interleaved_run_with_memory_rows(self):
+        with tempfile.TemporaryDirectory() as d:
+            core = os.path.join(d, "core.json")
+            with open(core, "w") as f:
+                json.dump(interleaved_core_bench_json(), f)
+            out = subprocess.run([sys.executable, os.path.join(HERE, "summarize_core_bench.py"),
+                                  core], check=True, capture_output=True, text=True).stdout
+        self.assertIn("**100 GFLOP/s**", out)
+        self.assertIn("| BM_Sdpa/L:2048/causal:0 | 30.000 | 90 | 0.90 |", out)
+        # The decode row against the read probe: 20 / 25.
+        self.assertIn("| BM_KvDecode/sessions:1/L:4096 | 2.000 | 20.0 | 0.80 | 500 |", out)
+        self.assertIn("| BM_MemoryRead | 40.000 | 25.0 |  |  |", out)
+        self.assertIn("| BM_FloatToHalf/bf16:1 | bfloat16 | 0.100 | 30.0 |", out)
+        # Registration order, not the order the interleaved rows ran in.
+        self.assertLess(out.index("BM_MemoryRead"), out.index("BM_KvDecode"))
+
+
     def run_core(self, blas):
         with tempfile.TemporaryDirectory() as d:
             core, ref = os.path.join(d, "core.json"), os.path.join(d, "torch.json")
