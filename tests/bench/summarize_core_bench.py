@@ -33,8 +33,7 @@ def load_core(path):
         if "f32_GBps" in b:
             conversions[name] = {"ms": ms, "gbps": rate(b["f32_GBps"]), "label": b.get("label", "")}
         elif "GBps" in b:
-            memory[name] = {"ms": ms, "gbps": rate(b["GBps"]), "steps": b.get("steps_per_s"),
-                            "label": b.get("label", "")}
+            memory[name] = {"ms": ms, "gbps": rate(b["GBps"]), "steps": b.get("steps_per_s")}
         elif "GFLOPS" in b:
             rows[name] = {"ms": ms, "gflops": rate(b["GFLOPS"])}
     return doc["context"], rows, memory, conversions

@@ -66,13 +66,22 @@ def interleaved_core_bench_json():
 
 
 class Summaries(unittest.TestCase):
-    def test_interleaved_run_with_memory_rows(self):
+    def summarize_core(self, core_doc, torch_doc=None):
+        """summarize_core_bench.py's output for these documents."""
         with tempfile.TemporaryDirectory() as d:
-            core = os.path.join(d, "core.json")
-            with open(core, "w") as f:
-                json.dump(interleaved_core_bench_json(), f)
-            out = subprocess.run([sys.executable, os.path.join(HERE, "summarize_core_bench.py"),
-                                  core], check=True, capture_output=True, text=True).stdout
+            args = [sys.executable, os.path.join(HERE, "summarize_core_bench.py")]
+            for name, doc in (("core.json", core_doc), ("torch.json", torch_doc)):
+                if doc is not None:
+                    args.append(os.path.join(d, name))
+                    with open(args[-1], "w") as f:
+                        json.dump(doc, f)
+            return subprocess.run(args, check=True, capture_output=True, text=True).stdout
+
+    def run_core(self, blas):
+        return self.summarize_core(core_bench_json(), torch_json(blas))
+
+    def test_interleaved_run_with_memory_rows(self):
+        out = self.summarize_core(interleaved_core_bench_json())
         self.assertIn("**100 GFLOP/s**", out)
         self.assertIn("| BM_Sdpa/L:2048/causal:0 | 30.000 | 90 | 0.90 |", out)
         # The decode row against the read probe: 20 / 25.
@@ -81,17 +90,6 @@ class Summaries(unittest.TestCase):
         self.assertIn("| BM_FloatToHalf/bf16:1 | bfloat16 | 0.100 | 30.0 |", out)
         # Registration order, not the order the interleaved rows ran in.
         self.assertLess(out.index("BM_MemoryRead"), out.index("BM_KvDecode"))
-
-
-    def run_core(self, blas):
-        with tempfile.TemporaryDirectory() as d:
-            core, ref = os.path.join(d, "core.json"), os.path.join(d, "torch.json")
-            with open(core, "w") as f:
-                json.dump(core_bench_json(), f)
-            with open(ref, "w") as f:
-                json.dump(torch_json(blas), f)
-            return subprocess.run([sys.executable, os.path.join(HERE, "summarize_core_bench.py"),
-                                   core, ref], check=True, capture_output=True, text=True).stdout
 
     def test_core_column_only_with_openblas(self):
         good = self.run_core({"kind": "openblas", "paths": [OPENBLAS]})
