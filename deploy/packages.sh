@@ -5,14 +5,19 @@
 BUILD_PACKAGES=(g++ make cmake libdnnl-dev ocl-icd-opencl-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libspdlog-dev
   libcpp-httplib-dev pkg-config libtcmalloc-minimal4 libabsl-dev libyaml-cpp-dev)
+# What the README's Python client needs right after deploy/run.sh: a venv
+# that sees Debian's grpcio, protobuf and numpy (--system-site-packages),
+# and pip's offline build of the package (setuptools, wheel; the stubs come
+# from protoc and grpc_python_plugin, in BUILD_PACKAGES).
+PYTHON_CLIENT_PACKAGES=(python3-grpcio python3-protobuf python3-numpy python3-venv
+  python3-setuptools python3-wheel)
 # tests/run.sh's fuzzing stage: clang with libFuzzer and the sanitizer runtimes.
 FUZZ_PACKAGES=(clang-14 libclang-rt-14-dev)
 # The benchmarks' PyTorch baselines (tests/bench/torch_blas.py): installed by
 # run_core_bench.sh and run_server_bench.sh when they find python3-torch.
 TORCH_BENCH_PACKAGES=(libopenblas0-pthread)
-TEST_PACKAGES=(libgtest-dev libbenchmark-dev python3-grpcio python3-grpc-tools python3-numpy yamllint openssl
-  python3-protobuf python3-pytest python3-venv python3-setuptools python3-wheel
-  curl python3-h2 chromium)
+TEST_PACKAGES=(libgtest-dev libbenchmark-dev python3-grpc-tools yamllint openssl
+  python3-pytest curl python3-h2 chromium "${PYTHON_CLIENT_PACKAGES[@]}")
 
 # ensure_packages PKG...: apt-get installs the packages that are not
 # installed yet; does nothing (not even apt-get update) when all are present.

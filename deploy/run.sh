@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs what is missing (Debian 12 packages), builds, and runs
-# attention-server in the foreground. Without flags it serves the built-in
+# Installs what is missing (Debian 12 packages: the build's, and what the
+# README's Python client needs), builds, and runs attention-server in the
+# foreground. Without flags it serves the built-in
 # demo models on 0.0.0.0: gRPC on 50051 and the Open Inference Protocol's
 # HTTP/JSON on 8000 (as the container does); any flags are passed to the
 # server and win over those defaults:
@@ -17,7 +18,7 @@ cd "$(dirname "$0")/.."
 
 # shellcheck source=deploy/packages.sh
 . deploy/packages.sh
-ensure_packages "${BUILD_PACKAGES[@]}"
+ensure_packages "${BUILD_PACKAGES[@]}" "${PYTHON_CLIENT_PACKAGES[@]}"
 
 build_dir=${BUILD_DIR:-build-deploy}
 if [ ! -f "$build_dir/CMakeCache.txt" ]; then
