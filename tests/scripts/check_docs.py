@@ -7,6 +7,12 @@
     the target has a heading of that anchor (GitHub's slugs);
   - README.md is a front page of at most 250 lines, and each docs/ page
     opens with what it answers ("**This page answers:**");
+  - the user docs (README.md, docs/, client/python/README.md and the
+    comments of proto/) cite no internal issue numbers ("issue 23"): users
+    cannot see them, so a feature or a section is named instead;
+  - every table of the performance pages (docs/performance*.md) names its
+    CPU (a model such as "AMD EPYC Zen 5") in its section's headings or in
+    the text between the previous table or heading and it;
   - with --curl, every sh block that calls the OIP HTTP port
     (localhost:8000) runs against a server started here, each curl failing
     on an HTTP error, so the curl examples work as printed.
@@ -28,6 +34,8 @@ FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]+)")
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 MAX_README_LINES = 250
 OPENER = "**This page answers:**"
+ISSUE_NUMBER = re.compile(r"\bissues?\s*#?\d+|(?<![\w/&])#\d{1,4}\b", re.I)
+CPU_NAME = re.compile(r"\b(AMD|Intel|EPYC|Xeon|Ryzen|Zen ?\d|Sapphire Rapids|Graviton|Neoverse)\b")
 
 
 def doc_files(root):
@@ -119,6 +127,69 @@ def check_pages(root):
     return problems
 
 
+def user_doc_files(root):
+    """The pages and comments a user reads: README.md, docs/, the Python
+    package's README and the .proto files under proto/."""
+    files = [p for p in doc_files(root) if not p.endswith("ARCHITECTURE.md")]
+    extra = os.path.join(root, "client", "python", "README.md")
+    if os.path.exists(extra):
+        files.append(extra)
+    for d, _, names in os.walk(os.path.join(root, "proto")):
+        files += sorted(os.path.join(d, n) for n in names if n.endswith(".proto"))
+    return files
+
+
+def check_issue_numbers(root):
+    problems = []
+    for path in user_doc_files(root):
+        for n, line in enumerate(open(path, encoding="utf-8"), 1):
+            if path.endswith(".proto") and "//" not in line:
+                continue
+            text = line.split("//", 1)[1] if path.endswith(".proto") else line
+            for m in ISSUE_NUMBER.finditer(text):
+                problems.append(f"{os.path.relpath(path, root)}:{n}: cites the internal "
+                                f"'{m.group(0)}': name the feature or the section instead")
+    return problems
+
+
+def check_table_cpus(root):
+    """Every table of docs/performance*.md names its CPU: in the headings of
+    its section, or between the previous table (or heading) and it."""
+    problems = []
+    docs = os.path.join(root, "docs")
+    for name in sorted(os.listdir(docs)):
+        if not (name.startswith("performance") and name.endswith(".md")):
+            continue
+        path = os.path.join(docs, name)
+        headings = {}       # level -> heading text, the current section's path
+        since = []          # lines since the previous table or heading
+        in_code = in_table = False
+        for n, line in enumerate(open(path, encoding="utf-8"), 1):
+            if line.startswith("```"):
+                in_code = not in_code
+            if in_code:
+                since.append(line)
+                continue
+            if line.startswith("#"):
+                level = len(line) - len(line.lstrip("#"))
+                headings = {k: v for k, v in headings.items() if k < level}
+                headings[level] = line
+                since, in_table = [], False
+            elif line.startswith("|"):
+                if not in_table:
+                    context = "".join(headings.values()) + "".join(since)
+                    if not CPU_NAME.search(context):
+                        problems.append(f"docs/{name}:{n}: a table that names no CPU (say which "
+                                        "CPU model measured it, above it)")
+                in_table = True
+                since = []
+            else:
+                if in_table and line.strip():
+                    in_table = False
+                since.append(line)
+    return problems
+
+
 def curl_blocks(root):
     """(file, first line, text) of every sh block that calls localhost:8000."""
     blocks = []
@@ -183,7 +254,8 @@ def check(root, server_bin, client_bin, curl):
     flags, helps = help_flags(server_bin, client_bin)
     problems = check_flags(root, flags)
     link_problems, links = check_links(root)
-    problems += link_problems + check_pages(root)
+    problems += link_problems + check_pages(root) + check_issue_numbers(root)
+    problems += check_table_cpus(root)
     summary = f"{len(flags)} flags from {helps} --help texts, {links} relative links"
     if curl:
         curl_problems, blocks = check_curl(root, server_bin)
@@ -202,8 +274,9 @@ def self_test(server_bin, client_bin):
             os.makedirs(os.path.join(tmp, "docs"))
             for p in doc_files(real):
                 shutil.copyfile(p, os.path.join(tmp, os.path.relpath(p, real)))
-            for sub in ("client", "deploy", "tests", "proto"):  # link targets
+            for sub in ("client", "deploy", "tests"):  # link targets
                 os.symlink(os.path.join(real, sub), os.path.join(tmp, sub))
+            shutil.copytree(os.path.join(real, "proto"), os.path.join(tmp, "proto"))
 
         def planted(what, edit, words):
             fresh()
@@ -237,7 +310,15 @@ def self_test(server_bin, client_bin):
         planted("a README over the limit", lambda: append("README.md", "\n" * 300), "README.md has")
         planted("a page without its opener", lambda: open(os.path.join(tmp, "docs/new.md"), "w").write("# New\n"),
                 "does not open with")
-    print("6 planted documentation errors")
+        planted("an internal issue number in docs/",
+                lambda: append("docs/api.md", "\nAs issue 41 asks.\n"), "cites the internal")
+        planted("an internal issue number in a proto comment",
+                lambda: append("proto/attention/v1/session.proto", "// see issue 25\n"),
+                "cites the internal")
+        planted("a performance table without its CPU",
+                lambda: append("docs/performance.md", "\n## New rows\n\n| a | b |\n|---|---|\n| 1 | 2 |\n"),
+                "a table that names no CPU")
+    print("9 planted documentation errors")
     for f in failures:
         print("FAIL: " + f)
     return 1 if failures else 0
