@@ -59,7 +59,7 @@ def main():
     held = {}
     for name, target in (("replica 1", r1), ("replica 2", r2)):
         with AttentionClient(target) as c:
-            held[name] = {s.session_id for s in c.list_sessions()["sessions"]}
+            held[name] = {s.session_id for s in c.list_sessions().sessions}
     on1, on2 = held["replica 1"] & set(ids), held["replica 2"] & set(ids)
     print(f"sessions: {len(on1)} on replica 1, {len(on2)} on replica 2; each stepped 6 times "
           "through nginx, every answer right")

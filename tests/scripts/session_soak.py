@@ -191,7 +191,7 @@ def main():
         print(f"RSS: {start_kb // 1024} MiB after start-up, peak {peak // 1024} MiB, end "
               f"{end_kb // 1024} MiB (bound: start + {POOL_MB} MiB pool + {MARGIN_MB} MiB)")
         assert stats["checked"] > 100, "too few results checked"
-        assert listed["sessions"] == [] and listed["cache_bytes_used"] == 0, listed
+        assert listed.sessions == [] and listed.cache_bytes_used == 0, listed
         assert peak <= start_kb + (POOL_MB + MARGIN_MB) * 1024, "RSS past the pool and the margin"
         print("PASS: every result equal to its replay, no unexpected code, RSS within bounds")
     finally:

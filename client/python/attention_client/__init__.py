@@ -16,7 +16,7 @@ from ._arrays import DATA, VALUES, bf16_bits, bf16_to_float32, from_tensor, to_t
 from ._requests import AttentionResult
 from .aio import AsyncAttentionClient
 from .client import AttentionClient
-from .sessions import AsyncSession, Session, SessionInfo
+from .sessions import AsyncSession, Session, SessionInfo, SessionList
 from .errors import (Aborted, AlreadyExists, AttentionError, Cancelled, DeadlineExceeded,
                      InvalidArgument, NotFound, PermissionDenied, ResourceExhausted,
                      Unauthenticated, Unavailable)
@@ -25,7 +25,7 @@ __version__ = "0.5.0"
 
 __all__ = [
     "AttentionClient", "AsyncAttentionClient", "AttentionResult", "AttentionError",
-    "Session", "AsyncSession", "SessionInfo",
+    "Session", "AsyncSession", "SessionInfo", "SessionList",
     "InvalidArgument", "NotFound", "AlreadyExists", "ResourceExhausted", "Unauthenticated",
     "PermissionDenied", "DeadlineExceeded", "Unavailable", "Aborted", "Cancelled", "to_tensor",
     "from_tensor", "bf16_bits", "bf16_to_float32", "DATA", "VALUES", "__version__",

@@ -79,11 +79,11 @@ class AsyncAttentionClient:
     def session(self, session_id: str) -> ss.AsyncSession:
         return ss.AsyncSession(self, session_id)
 
-    async def list_sessions(self) -> Dict[str, Any]:
-        resp = await self._session_call("ListSessions", session_pb2.ListSessionsRequest(), None)
-        return {"sessions": [ss.SessionInfo(m) for m in resp.sessions],
-                "cache_bytes_used": resp.cache_bytes_used,
-                "cache_bytes_limit": resp.cache_bytes_limit}
+    async def list_sessions(self) -> ss.SessionList:
+        """The sessions (`.sessions`, SessionInfo by id) and the pool's bytes
+        (`.cache_bytes_used`, `.cache_bytes_limit`)."""
+        return ss.SessionList(await self._session_call("ListSessions",
+                                                  session_pb2.ListSessionsRequest(), None))
 
     async def extend_many(self, layer: int, steps: Any, *, causal: bool = True,
                           window: Window = None, alibi_slopes: Any = None,

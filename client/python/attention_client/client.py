@@ -185,12 +185,11 @@ class AttentionClient:
         """A handle on an existing session (nothing is sent)."""
         return ss.Session(self, session_id)
 
-    def list_sessions(self) -> Dict[str, Any]:
-        """{"sessions": [SessionInfo, ...], "cache_bytes_used", "cache_bytes_limit"}"""
-        resp = self._session_call("ListSessions", session_pb2.ListSessionsRequest(), None)
-        return {"sessions": [ss.SessionInfo(m) for m in resp.sessions],
-                "cache_bytes_used": resp.cache_bytes_used,
-                "cache_bytes_limit": resp.cache_bytes_limit}
+    def list_sessions(self) -> ss.SessionList:
+        """The sessions (`.sessions`, SessionInfo by id) and the pool's bytes
+        (`.cache_bytes_used`, `.cache_bytes_limit`)."""
+        return ss.SessionList(self._session_call("ListSessions",
+                                                  session_pb2.ListSessionsRequest(), None))
 
     def extend_many(self, layer: int, steps: Sequence[ss.Step], *, causal: bool = True,
                     window: Window = None, alibi_slopes: Any = None,

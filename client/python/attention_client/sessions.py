@@ -10,6 +10,7 @@ Every call on one session sends the `x-attn-session` header, by which a load
 balancer keeps a session on the replica that holds it. Sessions live in the
 server's memory: a restart or an idle timeout loses them (NotFound).
 """
+import warnings
 from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -53,6 +54,38 @@ class SessionInfo:
                 f"kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, "
                 f"cache={self.cache_dtype}, layer_tokens={self.layer_tokens}, "
                 f"cache_bytes={self.cache_bytes})")
+
+
+class SessionList:
+    """What ListSessions answers: `sessions` (SessionInfo, by id) and the
+    pool's bytes, `cache_bytes_used` of `cache_bytes_limit`. Indexing it as
+    the dict older releases returned (`listed["sessions"]`) still works for
+    one release, with a DeprecationWarning."""
+
+    __slots__ = ("sessions", "cache_bytes_used", "cache_bytes_limit")
+    _KEYS = ("sessions", "cache_bytes_used", "cache_bytes_limit")
+
+    def __init__(self, msg: Any):
+        self.sessions: List[SessionInfo] = [SessionInfo(m) for m in msg.sessions]
+        self.cache_bytes_used: int = msg.cache_bytes_used
+        self.cache_bytes_limit: int = msg.cache_bytes_limit
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._KEYS:
+            raise KeyError(key)
+        warnings.warn(f"list_sessions()[{key!r}] is deprecated: use the attribute "
+                      f".{key}", DeprecationWarning, stacklevel=2)
+        return getattr(self, key)
+
+    def __len__(self) -> int:
+        return len(self.sessions)
+
+    def __iter__(self):
+        return iter(self.sessions)
+
+    def __repr__(self) -> str:
+        return (f"SessionList({len(self.sessions)} sessions, pool {self.cache_bytes_used} of "
+                f"{self.cache_bytes_limit} bytes)")
 
 
 def create_request(num_layers: int, num_kv_heads: int, head_dim: int, value_dim: int,

@@ -463,6 +463,31 @@ def test_decode_loop_example(server, tmp_path):
         assert max(diffs) <= tol, out.stdout
 
 
+def test_list_sessions_is_typed(client):
+    """list_sessions() answers a SessionList: its sessions (SessionInfo) and
+    the pool's bytes as attributes; the dict keys of older releases still
+    work for one release, each with a DeprecationWarning."""
+    import warnings
+    with client.create_session(1, 1, 8, session_id="py-listed") as s:
+        s.extend(0, None, np.ones((1, 3, 8), np.float32), np.ones((1, 3, 8), np.float32))
+        listed = client.list_sessions()
+        assert isinstance(listed, ac.SessionList)
+        mine = [i for i in listed.sessions if i.session_id == "py-listed"]
+        assert len(mine) == 1 and isinstance(mine[0], ac.SessionInfo)
+        assert mine[0].layer_tokens == [3]
+        assert 0 < listed.cache_bytes_used <= listed.cache_bytes_limit
+        assert [i.session_id for i in listed] == [i.session_id for i in listed.sessions]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert listed["sessions"] is listed.sessions
+            assert listed["cache_bytes_used"] == listed.cache_bytes_used
+            assert listed["cache_bytes_limit"] == listed.cache_bytes_limit
+        assert [w.category for w in caught] == [DeprecationWarning] * 3, caught
+        assert "use the attribute .sessions" in str(caught[0].message)
+        with pytest.raises(KeyError):
+            listed["nope"]
+
+
 def test_session_fork_truncate_and_options(client):
     hq, hkv, d = 4, 2, 16
     r = np.random.default_rng(5)
@@ -472,9 +497,9 @@ def test_session_fork_truncate_and_options(client):
     parent.extend(0, None, k0, v0)  # keys and values only: no query
     child = parent.fork("py-child")
     assert child.info().layer_tokens == [40]
-    used = client.list_sessions()["cache_bytes_used"]
+    used = client.list_sessions().cache_bytes_used
     assert child.info().cache_bytes == parent.info().cache_bytes
-    assert client.list_sessions()["cache_bytes_used"] == used, "a fork copies no page"
+    assert client.list_sessions().cache_bytes_used == used, "a fork copies no page"
     t = child.truncate(25)
     assert t.layer_tokens == [25]
     opts = dict(window=(8, None), softcap=4.0, alibi_slopes=[0.5, 0.25, 0.125, 0.0625],
@@ -564,4 +589,5 @@ def test_async_sessions(server):
     for o in outs:  # three equal keys: the output is the value, 1
         np.testing.assert_allclose(o.output, np.ones((2, 1, 8)), rtol=1e-6)
     assert info.layer_tokens == [3]
-    assert len(listed["sessions"]) >= 10
+    assert isinstance(listed, ac.SessionList)
+    assert len(listed.sessions) >= 10 and listed.cache_bytes_used > 0
