@@ -5,7 +5,7 @@
 # deploy/run.sh (which must install everything it and the README's Python
 # need), and once it serves, the README's Python sh block and Python block
 # (deploy/run_test.sh's extraction), whose output must be the README's.
-# Slow (the packages and a build: 10-20 minutes on 2 CPUs): tests/run.sh
+# Slow (the packages and a build: about 5 minutes on 2 CPUs): tests/run.sh
 # --all runs it.
 #   deploy/fresh_machine_test.sh [WORK_DIR]   (default: a temp dir, removed after)
 set -euo pipefail
@@ -13,6 +13,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/deploy/packages.sh"
 ensure_packages debootstrap
 . "$root/tests/scripts/loopback.sh"  # free_port
+keep=${1:+1}  # a WORK_DIR given is kept (and reused: the root is not bootstrapped again)
 work=${1:-$(mktemp -d)}
 mkdir -p "$work"
 fs=$work/rootfs
@@ -21,7 +22,7 @@ mirror=${mirror:-http://deb.debian.org/debian}
 cleanup() {
   [ -n "${server_pid:-}" ] && kill "$server_pid" 2>/dev/null || true
   umount "$fs/proc" "$fs/sys" "$fs/dev" 2>/dev/null || true
-  [ -z "${1:-}" ] && rm -rf "$work"
+  [ -n "$keep" ] || rm -rf "$work"
 }
 trap cleanup EXIT
 if [ ! -x "$fs/usr/bin/apt-get" ]; then

@@ -107,10 +107,10 @@ StatusOr<v1::ExtendRequest> ExtendRequest(const CommandLine& cl) {
   return req;
 }
 
-// From bench's flags (--sessions, --prefill, --step-tokens, --num-layers,
-// --num-heads, --num-kv-heads, --dim, --cache-dtype, --dtype, --duration,
-// --requests, --warmup, --verify, --seed, --json); the connection's are the
-// caller's.
+// From bench's flags (--concurrency, --sessions, --prefill, --step-tokens,
+// --num-layers, --hold-length, --num-heads, --num-kv-heads, --dim,
+// --cache-dtype, --dtype, --duration, --requests, --warmup, --verify,
+// --seed, --json, --html); the connection's are the caller's.
 StatusOr<DecodeBenchConfig> DecodeBenchConfigFromFlags(const CommandLine& cl) {
   DecodeBenchConfig c;
   struct IntFlag {
@@ -122,8 +122,8 @@ StatusOr<DecodeBenchConfig> DecodeBenchConfigFromFlags(const CommandLine& cl) {
         IntFlag{"--prefill", 0, int64_t{1} << 24, &c.prefill},
         IntFlag{"--step-tokens", 1, 1 << 16, &c.step_tokens},
         IntFlag{"--num-layers", 1, 4096, &c.layers}, IntFlag{"--num-kv-heads", 1, 4096, &c.hkv},
-        IntFlag{"--dim", 1, 65536, &c.d},
-        IntFlag{"--requests", 0, int64_t{1} << 40, &c.requests}}) {
+        IntFlag{"--dim", 1, 65536, &c.d}, IntFlag{"--requests", 0, int64_t{1} << 40, &c.requests},
+        IntFlag{"--concurrency", 1, 1024, &c.concurrency}}) {
     auto x = cl.Int(f.name, f.lo, f.hi, *f.out);
     if (!x.ok()) return x.status();
     *f.out = *x;
@@ -148,7 +148,9 @@ StatusOr<DecodeBenchConfig> DecodeBenchConfigFromFlags(const CommandLine& cl) {
   if (!warmup.ok()) return warmup.status();
   c.duration_s = *duration, c.warmup_s = *warmup;
   c.verify = cl.has("--verify");
+  c.hold_length = cl.has("--hold-length");
   c.json_path = cl.get("--json");
+  c.html_path = cl.get("--html");
   return c;
 }
 
@@ -217,10 +219,12 @@ int RunDecodeBench(const CommandLine& cl, const std::atomic<bool>* interrupt) {
   auto report = RunDecodeBench(*config, interrupt);
   if (!report.ok()) return Fail("error: " + report.status().ToString(), 1);
   std::fputs(DecodeReportText(*report).c_str(), stdout);
-  if (!config->json_path.empty()) {
-    std::ofstream out(config->json_path);
-    out << DecodeReportJson(*report);
-    if (!out) return Fail("cannot write " + config->json_path, 1);
+  for (const auto& [path, text] : {std::pair{config->json_path, DecodeReportJson(*report)},
+                                   std::pair{config->html_path, DecodeReportHtml(*report)}}) {
+    if (path.empty()) continue;
+    std::ofstream out(path);
+    out << text;
+    if (!out) return Fail("cannot write " + path, 1);
   }
   return report->errors > 0 || report->mismatches > 0 ? 1 : 0;
 }

@@ -72,3 +72,27 @@ print(f"DOM: {levels} levels, {checks['p50 points'][0]}+{checks['p99 points'][0]
       f"{checks['histogram bars'][0]} bars; screenshot {width}x{height}, {len(png)} bytes")
 PY
 echo "PASS: the report renders in Chromium with every chart element and no console errors"
+
+# bench --op decode's page: its figures table and the token-latency chart.
+"$client" bench --target "127.0.0.1:$port" --op decode --concurrency 2 --sessions 1 \
+  --num-layers 2 --prefill 64 --num-heads 4 --num-kv-heads 2 --dim 16 --duration 1s \
+  --warmup 200ms --html "$out/decode.html" >"$out/decode.txt"
+render "$out/decode.html" decode
+errors=$(console_errors decode)
+[ -z "$errors" ] || { echo "FAIL: console messages on the decode report: $errors"; exit 1; }
+/usr/bin/python3 - "$out" <<'PY'
+import re, sys
+out = sys.argv[1]
+dom = open(f"{out}/decode.dom").read()
+figures = dom.split('id="figures"')[1].split("</table>")[0]
+for label in ("session-steps/s", "ms per token (2 layer steps)", "tokens/s", "mean cache length",
+              "cache read", "memory-bound limit"):
+    assert label in figures, f"the decode page lacks '{label}'"
+bars = len(re.findall(r'<rect class="bar"', dom))
+assert bars == 20, f"{bars} histogram bars, expected 20"
+assert "<script" not in dom
+png = open(f"{out}/decode.png", "rb").read()
+assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20000, len(png)
+print(f"decode page: the figures and {bars} bars; screenshot {len(png)} bytes")
+PY
+echo "PASS: the decode report renders in Chromium with its figures and chart"

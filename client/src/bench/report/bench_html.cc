@@ -11,28 +11,7 @@
 namespace attn::client {
 namespace {
 
-std::string Esc(const std::string& s) {
-  std::string out;
-  for (char ch : s) {
-    switch (ch) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += ch;
-    }
-  }
-  return out;
-}
+std::string Esc(const std::string& s) { return HtmlEscape(s); }
 
 std::string F(double v, int precision = 2) {
   char buf[48];
@@ -224,6 +203,29 @@ void EntryTable(const BenchReport& r, std::ostringstream& o) {
 }
 
 }  // namespace
+
+std::string HtmlEscape(const std::string& s) {
+  std::string out;
+  for (char ch : s) {
+    switch (ch) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += ch;
+    }
+  }
+  return out;
+}
 
 std::string ReportToHtml(const BenchReport& r) {
   std::ostringstream o;

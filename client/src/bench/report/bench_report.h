@@ -70,6 +70,8 @@ MachineInfo DescribeMachine();
 // first that did not; -1 when none did.
 int FindKnee(const BenchReport& report);
 std::string ReportToHtml(const BenchReport& report);
+// Text made safe inside HTML elements and attribute values.
+std::string HtmlEscape(const std::string& s);
 
 std::string ReportToJson(const BenchReport& report);
 std::string ReportToCsv(const BenchReport& report);
