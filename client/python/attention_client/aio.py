@@ -30,6 +30,7 @@ class AsyncAttentionClient:
         self._health = health_pb2_grpc.HealthStub(self.channel)
         self._oip = oip_pb2_grpc.GRPCInferenceServiceStub(self.channel)
         self._sessions = session_pb2_grpc.SessionServiceStub(self.channel)
+        self._extend = self.channel.unary_unary("/attention.v1.SessionService/Extend")
         self._closed = False
 
     async def close(self) -> None:
@@ -91,12 +92,12 @@ class AsyncAttentionClient:
                           scale: Optional[float] = None, return_lse: bool = False,
                           compute_precision: Optional[str] = None) -> List[rq.AttentionResult]:
         """As AttentionClient.extend_many."""
-        req, kinds = ss.extend_request(
+        payload, kinds, sid = ss.extend_request(
             layer, steps, causal=causal, window=window, alibi_slopes=alibi_slopes,
             softcap=softcap, sink_logits=sink_logits, scale=scale, return_lse=return_lse,
             compute_precision=compute_precision)
-        sid = req.steps[0].session_id if len(req.steps) == 1 else None
-        return ss.extend_results(await self._session_call("Extend", req, sid), kinds, return_lse)
+        return ss.extend_results(await self._call(self._extend, payload, session_id=sid), kinds,
+                                 return_lse)
 
     async def attention(self, query: Any, key: Any = None, value: Any = None, *,
                         return_weights: bool = False, return_lse: bool = False,

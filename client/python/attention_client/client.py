@@ -38,6 +38,9 @@ class AttentionClient:
         self._health = health_pb2_grpc.HealthStub(self.channel)
         self._oip = oip_pb2_grpc.GRPCInferenceServiceStub(self.channel)
         self._sessions = session_pb2_grpc.SessionServiceStub(self.channel)
+        # Extend, made once per layer per token, takes and answers bytes:
+        # sessions.extend_request writes them, no protobuf message between.
+        self._extend = self.channel.unary_unary("/attention.v1.SessionService/Extend")
         self._closed = False
 
     def close(self) -> None:
@@ -57,6 +60,15 @@ class AttentionClient:
         if self._closed:
             raise AttentionError("the client is closed")
         metadata = ss._metadata(self._metadata if auth else None, session_id)
+        try:
+            return method(request, timeout=self.timeout, metadata=metadata)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+
+    def _call_raw(self, method: Callable, request: bytes, metadata: Any) -> Any:
+        """A call with its metadata made already (a session's)."""
+        if self._closed:
+            raise AttentionError("the client is closed")
         try:
             return method(request, timeout=self.timeout, metadata=metadata)
         except grpc.RpcError as e:
@@ -200,9 +212,9 @@ class AttentionClient:
         `steps` is [(session, query, key, value), ...] as Session.extend
         takes them. Returns an AttentionResult per step, in order. All or
         nothing: an error changes no session."""
-        req, kinds = ss.extend_request(
+        payload, kinds, sid = ss.extend_request(
             layer, steps, causal=causal, window=window, alibi_slopes=alibi_slopes,
             softcap=softcap, sink_logits=sink_logits, scale=scale, return_lse=return_lse,
             compute_precision=compute_precision)
-        sid = req.steps[0].session_id if len(req.steps) == 1 else None
-        return ss.extend_results(self._session_call("Extend", req, sid), kinds, return_lse)
+        return ss.extend_results(self._call(self._extend, payload, session_id=sid), kinds,
+                                 return_lse)

@@ -16,7 +16,8 @@ from typing import Any, List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import _requests as rq
-from ._arrays import DATA, kind_of, to_tensor
+from . import _wire
+from ._arrays import Kind, _is_torch, _wire_bytes, from_tensor, kind_of
 from ._pb import attention_pb2, session_pb2
 
 _CACHE_DTYPES = {"float32": attention_pb2.DATA_TYPE_FLOAT32,
@@ -103,18 +104,108 @@ def _id_of(session: Any) -> str:
     return session.id if isinstance(session, (Session, AsyncSession)) else str(session)
 
 
+_WIRE_TYPES = {"float32": attention_pb2.DATA_TYPE_FLOAT32,
+               "float16": attention_pb2.DATA_TYPE_FLOAT16,
+               "bfloat16": attention_pb2.DATA_TYPE_BFLOAT16}
+_TAILS: dict = {}  # the serialized causal/scale/options of option-less calls, by their values
+
+
+def _tail(causal: bool, scale: Optional[float], window: Window, alibi_slopes: Any,
+          softcap: Optional[float], sink_logits: Any, return_lse: bool,
+          compute_precision: Optional[str]) -> bytes:
+    """ExtendRequest's fields 3-5 (causal, scale, options), serialized by
+    protobuf; made once per combination for calls without array options."""
+    simple = window is None and alibi_slopes is None and softcap is None and sink_logits is None
+    key = (bool(causal), scale, bool(return_lse), compute_precision) if simple else None
+    tail = _TAILS.get(key) if key is not None else None
+    if tail is None:
+        req = session_pb2.ExtendRequest(causal=bool(causal))
+        if scale is not None:
+            req.scale = float(scale)
+        rq._options(req, rq.DATA, "bottom_right", window, alibi_slopes, softcap, sink_logits,
+                    return_lse, compute_precision)
+        tail = req.SerializeToString()
+        if key is not None and len(_TAILS) < 256:
+            _TAILS[key] = tail
+    return tail
+
+
+_F32 = np.dtype("<f4")
+_F32_KIND = Kind("numpy", "float32", "float32")
+
+
+def _kind(x: Any) -> Kind:
+    """kind_of, without its checks for the usual float32 numpy array."""
+    return _F32_KIND if type(x) is np.ndarray and x.dtype == _F32 else kind_of(x)
+
+
+def _tensor(x: Any, wire: str) -> _wire.Parts:
+    """An array as an encoded Tensor, in `wire`'s type; a float32 numpy array
+    is viewed, not copied (its bytes are copied once, into the message)."""
+    if wire == "float32" and type(x) is np.ndarray and x.dtype == _F32:
+        data = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
+        return _wire.tensor(x.shape, attention_pb2.DATA_TYPE_FLOAT32, data)
+    kind = kind_of(x, None, wire)
+    if kind.dtype == "bool":
+        raise TypeError("extend: query, key and value are float arrays, got bool")
+    shape = tuple(x.shape) if _is_torch(x) else np.shape(x)
+    return _wire.tensor(shape, _WIRE_TYPES[kind.wire], _wire_bytes(x, kind, kind.wire))
+
+
+_ONE_F32 = [_F32_KIND]
+_HEADERS: dict = {}  # one step's message around its three arrays, by (id, layer, shapes, tail)
+
+
+def _f32(x: Any) -> bool:
+    """A non-empty C-contiguous float32 numpy array (the decode step's path)."""
+    return type(x) is np.ndarray and x.dtype == _F32 and x.flags.c_contiguous and x.size > 0
+
+
+# What a step with the defaults sends after its steps (causal, bottom-right).
+_CAUSAL_TAIL = _tail(True, None, None, None, None, None, False, None)
+
+
+def _one_step(layer: int, sid: str, q: Any, k: Any, v: Any, tail: bytes) -> bytes:
+    """The common call's bytes, a decode step's: one step whose query, key
+    and value are C-contiguous float32 numpy arrays. The message around the
+    arrays depends only on the session, layer, shapes and options, so it is
+    made once (by the general path) and each call joins it with the arrays:
+    their bytes are copied once, and almost nothing else is done."""
+    key = (sid, layer, q.shape, k.shape, v.shape, tail)
+    headers = _HEADERS.get(key)
+    if headers is None:
+        parts = _wire.extend_parts(layer, [_wire.session_step(
+            sid, _tensor(q, "float32"), _tensor(k, "float32"), _tensor(v, "float32"))], tail)
+        headers, run = [], []
+        for p in parts.parts:  # the bytes between the arrays
+            if not isinstance(p, bytes):
+                headers.append(b"".join(run))
+                run = []
+            else:
+                run.append(p)
+        headers.append(b"".join(run))
+        if len(_HEADERS) >= 4096:
+            _HEADERS.clear()
+        headers = _HEADERS[key] = tuple(headers)
+    h0, h1, h2, h3 = headers
+    return b"".join((h0, q, h1, k, h2, v, h3))
+
+
 def extend_request(layer: int, steps: Sequence[Step], *, causal: bool, window: Window,
                    alibi_slopes: Any, softcap: Optional[float], sink_logits: Any,
-                   scale: Optional[float], return_lse: bool, compute_precision: Optional[str],
-                   encoding: str = DATA) -> Tuple[Any, list]:
-    """The ExtendRequest, and each step's kind (its answer's), from the query
-    (or, for a step without queries, from its keys)."""
-    req = session_pb2.ExtendRequest(layer=int(layer), causal=bool(causal))
-    if scale is not None:
-        req.scale = float(scale)
-    rq._options(req, encoding, "bottom_right", window, alibi_slopes, softcap, sink_logits,
-                return_lse, compute_precision)
-    kinds = []
+                   scale: Optional[float], return_lse: bool,
+                   compute_precision: Optional[str]) -> Tuple[bytes, list, Optional[str]]:
+    """The ExtendRequest's bytes, each step's kind (its answer's, from the
+    query or, for a step without queries, from its keys), and the session
+    id the call's header names (a single step's)."""
+    tail = _tail(causal, scale, window, alibi_slopes, softcap, sink_logits, return_lse,
+                 compute_precision)
+    if len(steps) == 1 and len(steps[0]) == 4:
+        session, q, k, v = steps[0]
+        if _f32(q) and _f32(k) and _f32(v):
+            sid = _id_of(session)
+            return _one_step(int(layer), sid, q, k, v, tail), [_F32_KIND], sid
+    encoded, kinds = [], []
     for step in steps:
         if len(step) != 4:
             raise ValueError("extend_many: each step is (session, query, key, value)")
@@ -122,19 +213,32 @@ def extend_request(layer: int, steps: Sequence[Step], *, causal: bool, window: W
         if (key is None) != (value is None):
             raise ValueError("key and value come together (both or neither)")
         like = query if query is not None else key
-        kind = kind_of(like) if like is not None else kind_of(np.zeros(0, np.float32))
-        st = req.steps.add(session_id=_id_of(session))
-        if query is not None:
-            st.query.CopyFrom(to_tensor(query, encoding, kind.wire))
-        if key is not None:
-            st.key.CopyFrom(to_tensor(key, encoding, kind.wire))
-            st.value.CopyFrom(to_tensor(value, encoding, kind.wire))
+        kind = _kind(like) if like is not None else _F32_KIND
+        encoded.append(_wire.session_step(
+            _id_of(session), None if query is None else _tensor(query, kind.wire),
+            None if key is None else _tensor(key, kind.wire),
+            None if value is None else _tensor(value, kind.wire)))
         kinds.append(kind)
-    return req, kinds
+    payload = _wire.extend_parts(int(layer), encoded, tail).join()
+    sid = _id_of(steps[0][0]) if len(steps) == 1 else None
+    return payload, kinds, sid
 
 
-def extend_results(resp: Any, kinds: list, return_lse: bool) -> List[rq.AttentionResult]:
-    return [rq.result(r, k, False, return_lse) for r, k in zip(resp.results, kinds)]
+def extend_results(resp: bytes, kinds: list, return_lse: bool) -> List[rq.AttentionResult]:
+    """The answers of an Extend from its response bytes, read in place (each
+    array copied once, out of them)."""
+    if len(kinds) == 1 and kinds[0] is _F32_KIND and not return_lse:
+        found = _wire.single_float32_output(resp)  # a decode step's answer: read directly
+        if found is not None:
+            return [rq.AttentionResult(np.ndarray(found[0], _F32, resp, found[1]).copy())]
+    answers, _ = _wire.extend_answers(resp)
+    out = []
+    for a, kind in zip(answers, kinds):
+        lse = a.get("lse") if return_lse else None
+        out.append(rq.AttentionResult(
+            from_tensor(a["output"], kind), None,
+            None if lse is None else from_tensor(lse, Kind(kind.lib, "float32", "float32"))))
+    return out
 
 
 def _metadata(base: Any, session_id: Optional[str]) -> Any:
@@ -149,6 +253,8 @@ class Session:
     def __init__(self, client: Any, session_id: str):
         self._client = client
         self.id: str = session_id
+        # Every call on it sends these (the token, the balancer's header).
+        self._metadata = _metadata(client._metadata, session_id)
 
     def extend(self, layer: int, query: Any, key: Any = None, value: Any = None, *,
                causal: bool = True, window: Window = None, alibi_slopes: Any = None,
@@ -160,6 +266,13 @@ class Session:
         everything the layer holds, aligned bottom-right. The output is
         [Hq, n_q, Dv] in the query's kind and dtype (lse [Hq, n_q] with
         return_lse). All or nothing: an error changes nothing."""
+        if (causal is True and window is None and alibi_slopes is None and softcap is None
+                and sink_logits is None and scale is None and not return_lse
+                and compute_precision is None and _f32(query) and _f32(key) and _f32(value)):
+            # The decode step of a loop: straight to its bytes and back.
+            payload = _one_step(int(layer), self.id, query, key, value, _CAUSAL_TAIL)
+            resp = self._client._call_raw(self._client._extend, payload, self._metadata)
+            return extend_results(resp, _ONE_F32, False)[0]
         return self._client.extend_many(
             layer, [(self, query, key, value)], causal=causal, window=window,
             alibi_slopes=alibi_slopes, softcap=softcap, sink_logits=sink_logits, scale=scale,

@@ -385,7 +385,107 @@ def test_no_copy_beyond_the_message():
     assert peak <= 2.2 * big.nbytes, peak / big.nbytes
 
 
-# ---- KV-cache sessions (issue 25) ---------------------------------------------
+def _extend_args(**kw):
+    base = dict(causal=True, window=None, alibi_slopes=None, softcap=None, sink_logits=None,
+                scale=None, return_lse=False, compute_precision=None)
+    base.update(kw)
+    return base
+
+
+def test_extend_bytes_are_protobufs():
+    """The Extend request the client writes by hand (sessions.extend_request,
+    the decode step's cached headers too) is byte for byte protobuf's own
+    serialization of the same message, for every kind of step; and an
+    Extend answer read in place gives what protobuf's parse gives."""
+    from attention_client import sessions as ss
+    from attention_client._pb import attention_pb2, session_pb2
+
+    r = np.random.default_rng(3)
+    f32 = lambda *shape: r.standard_normal(shape).astype(np.float32)  # noqa: E731
+    cases = [
+        (0, [("s", f32(4, 1, 8), f32(2, 1, 8), f32(2, 1, 8))], {}),  # a decode step
+        (200, [("s" * 128, f32(4, 3, 8), f32(2, 3, 8), f32(2, 3, 8))], {}),  # layer > 127
+        (5, [("s", f32(2, 1, 130), f32(1, 200, 130), f32(1, 200, 130))], {}),  # dims > 127
+        (1, [("a", None, f32(2, 5, 8), f32(2, 5, 8)), ("b", f32(2, 1, 8), None, None)],
+         dict(return_lse=True, window=(3, None), softcap=2.0, scale=0.5,
+              alibi_slopes=[0.5, 0.25], compute_precision="float32")),
+        (2, [("c", f32(4, 1, 8).astype(np.float16), f32(2, 1, 8).astype(np.float16),
+              f32(2, 1, 8).astype(np.float16))], dict(causal=False)),
+        (3, [("d", f32(4, 2, 8)[:, ::2], f32(2, 1, 8), f32(2, 1, 8))], {}),  # a strided view
+        (4, [("e", f32(4, 0, 8), f32(2, 0, 8), f32(2, 0, 8))], {}),  # empty tensors
+    ]
+    if torch is not None:
+        t = lambda *shape: torch.randn(*shape, dtype=torch.bfloat16)  # noqa: E731
+        cases.append((6, [("f", t(4, 1, 8), t(2, 1, 8), t(2, 1, 8))], {}))
+    for layer, steps, kw in cases:
+        for _ in range(2):  # the second time from the decode step's cached headers
+            payload, kinds, sid = ss.extend_request(layer, steps, **_extend_args(**kw))
+            want = session_pb2.ExtendRequest(layer=layer, causal=kw.get("causal", True))
+            if "scale" in kw:
+                want.scale = kw["scale"]
+            from attention_client import _requests as rq
+            rq._options(want, rq.DATA, "bottom_right", kw.get("window"), kw.get("alibi_slopes"),
+                        kw.get("softcap"), None, kw.get("return_lse", False),
+                        kw.get("compute_precision"))
+            for (sid_, q, k, v), kind in zip(steps, kinds):
+                st = want.steps.add(session_id=sid_)
+                if q is not None:
+                    st.query.CopyFrom(ac.to_tensor(q, wire_dtype=kind.wire))
+                if k is not None:
+                    st.key.CopyFrom(ac.to_tensor(k, wire_dtype=kind.wire))
+                    st.value.CopyFrom(ac.to_tensor(v, wire_dtype=kind.wire))
+            assert payload == want.SerializeToString(), (layer, kw)
+            assert session_pb2.ExtendRequest.FromString(payload) == want
+    # Answers: the decode step's form, lse, a query-only step's empty
+    # output, several results, values instead of data, `replayed` after.
+    def answer(*results):
+        resp = session_pb2.ExtendResponse()
+        for out, lse in results:
+            a = resp.results.add()
+            a.output.CopyFrom(out)
+            if lse is not None:
+                a.lse.CopyFrom(lse)
+        return resp
+    out = ac.to_tensor(f32(4, 1, 8))
+    forms = [answer((out, None)), answer((out, ac.to_tensor(f32(4, 1)))),
+             answer((ac.to_tensor(f32(4, 0, 8)), None)), answer((out, None), (out, None)),
+             answer((ac.to_tensor(f32(4, 1, 8), encoding=ac.VALUES), None)),
+             answer((ac.to_tensor(f32(2, 1, 300)), None))]
+    for resp in forms:
+        n = len(resp.results)
+        for lse in (False, True):
+            if lse and not all(r.HasField("lse") for r in resp.results):
+                continue
+            kinds = [ss._F32_KIND] * n
+            got = ss.extend_results(resp.SerializeToString(), kinds, lse)
+            for g, w in zip(got, resp.results):
+                np.testing.assert_array_equal(g.output, ac.from_tensor(w.output))
+                if lse:
+                    np.testing.assert_array_equal(g.lse, ac.from_tensor(w.lse))
+                g.output[...] = 0  # a copy, not a view of the answer's bytes
+    whole = answer((out, None)).SerializeToString()
+    for cut in (len(whole) - 1, len(whole) // 2, 3):
+        with pytest.raises(ValueError, match="truncated"):
+            ss.extend_results(whole[:cut], [ss._F32_KIND], False)
+
+
+def test_decode_step_fast_path_equals_general(client):
+    """Session.extend's path for a plain float32 step gives what extend_many
+    (the general path, with every keyword) gives for the same step."""
+    r = np.random.default_rng(4)
+    k0 = r.standard_normal((2, 20, 8)).astype(np.float32)
+    q, k = (r.standard_normal(shape).astype(np.float32) for shape in ((4, 1, 8), (2, 1, 8)))
+    with client.create_session(1, 2, 8) as a, client.create_session(1, 2, 8) as b:
+        a.extend(0, None, k0, k0)
+        b.extend(0, None, k0, k0)
+        fast = a.extend(0, q, k, k).output
+        general = client.extend_many(0, [(b, q, k, k)], causal=True, window=None)[0].output
+        np.testing.assert_array_equal(fast, general)
+        assert fast.dtype == np.float32 and fast.shape == (4, 1, 8) and fast.flags.writeable
+        assert a.info().layer_tokens == b.info().layer_tokens == [21]
+
+
+# ---- KV-cache sessions ----------------------------------------------------------
 
 
 def round_to(x, cache_dtype):
