@@ -13,8 +13,10 @@
 #   tests/run.sh --no-fuzz       skip the fuzzing
 #   tests/run.sh --no-soak       skip the soak
 #   tests/run.sh --all           also the container image (deploy/container_test.sh,
-#                                podman, minutes) and the Kubernetes manifests run
-#                                with podman kube play (deploy/kube_test.sh);
+#                                podman, minutes), the Kubernetes manifests run
+#                                with podman kube play (deploy/kube_test.sh), and
+#                                the README on a fresh Debian 12 root
+#                                (deploy/fresh_machine_test.sh, about 5 minutes);
 #                                replicas behind nginx with one killed
 #                                (deploy/lb_test.sh) run every time
 #
@@ -34,7 +36,7 @@ for arg in "$@"; do
     --no-fuzz) fuzz=0 ;;
     --no-soak) soak=0 ;;
     --all) all=1 ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "tests/run.sh: unknown option '$arg' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -124,5 +126,7 @@ if [ "$all" = 1 ]; then
   bash deploy/container_test.sh
   echo "== the Kubernetes manifests under podman kube play (deploy/kube_test.sh)"
   bash deploy/kube_test.sh
+  echo "== the README on a fresh Debian 12 root (deploy/fresh_machine_test.sh)"
+  bash deploy/fresh_machine_test.sh
 fi
 echo "== all tests passed"
