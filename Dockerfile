@@ -13,7 +13,7 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       g++ make cmake libdnnl-dev ocl-icd-opencl-dev libgrpc++-dev libprotobuf-dev \
       protobuf-compiler protobuf-compiler-grpc libspdlog-dev libcpp-httplib-dev pkg-config libabsl-dev \
-      libyaml-cpp-dev \
+      libyaml-cpp-dev libssl-dev \
       libtcmalloc-minimal4 \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src

@@ -4,7 +4,7 @@
 # libdnnl-dev's CMake config needs OpenCL (Debian builds oneDNN with it).
 BUILD_PACKAGES=(g++ make cmake libdnnl-dev ocl-icd-opencl-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libspdlog-dev
-  libcpp-httplib-dev pkg-config libtcmalloc-minimal4 libabsl-dev libyaml-cpp-dev)
+  libcpp-httplib-dev pkg-config libtcmalloc-minimal4 libabsl-dev libyaml-cpp-dev libssl-dev)
 # What the README's Python client needs right after deploy/run.sh: a venv
 # that sees Debian's grpcio, protobuf and numpy (--system-site-packages),
 # and pip's offline build of the package (setuptools, wheel; the stubs come

@@ -148,7 +148,9 @@ class AttentionClient {
   async listSessions() {
     const r = await this.call_(this.sessions_, 'ListSessions', {});
     return { sessions: (r.sessions || []).map(sessionInfo),
-      cache_bytes_used: Number(r.cache_bytes_used || 0), cache_bytes_limit: Number(r.cache_bytes_limit || 0) };
+      cache_bytes_used: Number(r.cache_bytes_used || 0), cache_bytes_limit: Number(r.cache_bytes_limit || 0),
+      owner_bytes_used: Number(r.owner_bytes_used || 0),
+      owner_bytes_limit: Number(r.owner_bytes_limit || 0) };
   }
 
   // One Extend of several sessions as a batch. steps: [{ session (a Session or
@@ -179,7 +181,7 @@ function sessionInfo(m) {
   return { session_id: m.session_id, num_layers: m.num_layers, num_kv_heads: m.num_kv_heads,
     head_dim: m.head_dim, value_dim: m.value_dim, cache_dtype: m.cache_dtype,
     max_tokens: Number(m.max_tokens || 0), layer_tokens: (m.layer_tokens || []).map(Number),
-    cache_bytes: Number(m.cache_bytes || 0) };
+    cache_bytes: Number(m.cache_bytes || 0), owner: m.owner || '' };
 }
 
 // One session: extend, fork, truncate, info, delete.

@@ -5,6 +5,8 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdlib>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "attn/attention.h"
@@ -43,6 +45,11 @@ Status WarmUp(const ModelRegistry& models, int threads) {
 }
 
 // The start-up line: where, how many threads, and the engine's tiers.
+// 127.0.0.0/8, ::1, localhost: nothing beyond this machine can connect.
+bool IsLoopbackHost(const std::string& host) {
+  return host == "localhost" || host == "::1" || host == "[::1]" || host.rfind("127.", 0) == 0;
+}
+
 void LogListening(const ServerConfig& config, int port, int threads) {
   const PrecisionPolicy policy = config.limits.compute_precision;
   LogMessage(
@@ -136,6 +143,8 @@ StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerCo
   options.limits = config.limits;
   options.max_inflight = config.max_inflight;
   options.auth = s->auth_.get();
+  // Mutual TLS without tokens: a client certificate's subject names the caller.
+  options.certificate_principals = !config.tls_client_ca.empty();
   options.metrics = s->metrics_.get();
   s->dispatcher_ = std::make_unique<CallDispatcher>(options);
   s->service_ = std::make_unique<AttentionServiceImpl>(s->dispatcher_.get());
@@ -186,22 +195,7 @@ StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerCo
   ATTN_RETURN_IF_ERROR(WarmUp(*s->models_, threads));
   LogListening(config, s->port_, threads);
   s->LogSessionPool();
-  LogMessage(
-      spdlog::level::info,
-      fmt::format("transport {}; bearer tokens {}; metrics {}; OIP HTTP {}; max in flight {}, "
-                  "queued {}",
-                  config.tls_cert.empty()        ? "plaintext"
-                  : config.tls_client_ca.empty() ? "TLS"
-                                                 : "mutual TLS",
-                  s->auth_ ? std::to_string(s->auth_->size()) + " loaded" : "off",
-                  s->metrics_http_
-                      ? fmt::format("http://{}:{}/metrics", config.host, s->metrics_http_->port())
-                      : "off",
-                  s->oip_http_
-                      ? fmt::format("{}://{}:{}/v2", config.tls_cert.empty() ? "http" : "https",
-                                    config.host, s->oip_http_->port())
-                      : "off",
-                  config.max_inflight, config.max_queue));
+  s->LogTransport();
   for (const AttentionModel* m : s->models_->All()) {
     const ModelInfo& i = m->info();
     LogMessage(spdlog::level::info,
@@ -261,11 +255,38 @@ void AttentionServer::StartSessions() {
   KvStoreOptions kv;
   kv.pool_bytes = config_.kv_cache_bytes;
   kv.max_sessions = config_.max_sessions;
+  kv.max_sessions_per_owner = config_.max_sessions_per_principal;
+  kv.pool_bytes_per_owner = config_.kv_cache_bytes_per_principal;
   kv.default_max_tokens = config_.max_session_tokens;
   sessions_ = std::make_unique<KvCacheStore>(kv);
   session_metrics_ = std::make_unique<SessionMetrics>();
   session_service_ = std::make_unique<SessionServiceImpl>(dispatcher_.get(), sessions_.get(),
                                                           session_metrics_.get());
+}
+
+void AttentionServer::LogTransport() const {
+  LogMessage(
+      spdlog::level::info,
+      fmt::format(
+          "transport {}; bearer tokens {}; metrics {}; OIP HTTP {}; max in flight {}, "
+          "queued {}",
+          config_.tls_cert.empty()        ? "plaintext"
+          : config_.tls_client_ca.empty() ? "TLS"
+                                          : "mutual TLS",
+          auth_ ? std::to_string(auth_->size()) + " loaded" : "off",
+          metrics_http_ ? fmt::format("http://{}:{}/metrics", config_.host, metrics_http_->port())
+                        : "off",
+          oip_http_ ? fmt::format("{}://{}:{}/v2", config_.tls_cert.empty() ? "http" : "https",
+                                  config_.host, oip_http_->port())
+                    : "off",
+          config_.max_inflight, config_.max_queue));
+  if (!IsLoopbackHost(config_.host) && config_.tls_cert.empty() && !auth_) {
+    LogMessage(spdlog::level::warn,
+               fmt::format("listening on {} beyond loopback with neither TLS nor "
+                           "--auth-token-file: every caller is the same anonymous principal and "
+                           "can read, change and delete every session",
+                           config_.host));
+  }
 }
 
 void AttentionServer::LogSessionPool() const {
@@ -293,11 +314,22 @@ void AttentionServer::StartSessionExpiry() {
       expiry_cv_.wait_for(lock, std::max<std::chrono::steady_clock::duration>(
                                     every, std::chrono::milliseconds(10)));
       if (expiry_stop_) break;
-      const int64_t n = sessions_->ExpireIdle(idle);
-      if (n > 0) {
-        session_metrics_->RecordExpired(n);
+      const std::vector<KvSessionInfo> gone = sessions_->ExpireIdle(idle);
+      if (gone.empty()) continue;
+      // One line per owner: how many of its sessions expired, and which.
+      std::map<std::string, std::vector<std::string>> by_owner;
+      for (const KvSessionInfo& info : gone) {
+        session_metrics_->RecordExpired(info.spec.owner);
+        by_owner[info.spec.owner].push_back(info.spec.session_id);
+      }
+      for (const auto& [owner, ids] : by_owner) {
+        std::string list;
+        for (size_t i = 0; i < ids.size() && i < 16; ++i) list += (i ? "," : "") + ids[i];
+        if (ids.size() > 16) list += ",...";
         LogMessage(spdlog::level::info,
-                   fmt::format("expired {} idle KV-cache sessions (--session-idle-timeout)", n));
+                   fmt::format("expired {} idle KV-cache sessions of principal '{}' "
+                               "(--session-idle-timeout): {}",
+                               ids.size(), owner.empty() ? "-" : owner, list));
       }
     }
   });
@@ -329,6 +361,7 @@ std::string AttentionServer::RenderMetrics() const {
   sg.max_sessions = config_.max_sessions;
   sg.bytes_used = sessions_->bytes_used();
   sg.bytes_limit = sessions_->bytes_limit();
+  sg.owners = sessions_->Owners();
   return metrics_->Render(g) + session_metrics_->Render(sg);
 }
 
@@ -336,7 +369,8 @@ Status AttentionServer::ReloadTokens() {
   if (!auth_) return Status::FailedPrecondition("no --auth-token-file to reload");
   Status st = auth_->Reload();
   LogMessage(st.ok() ? spdlog::level::info : spdlog::level::warn,
-             st.ok() ? fmt::format("reloaded --auth-token-file: {} tokens", auth_->size())
+             st.ok() ? fmt::format("reloaded --auth-token-file: {} tokens of {} principals",
+                                   auth_->size(), auth_->names().size())
                      : "token reload failed, keeping the old tokens: " + st.message());
   return st;
 }

@@ -9,10 +9,10 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <mutex>
-#include <thread>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "attention_v1/attention_service.h"
 #include "attn/status.h"
@@ -73,6 +73,9 @@ class AttentionServer {
   // The KV-cache store and its service (before the gRPC server is built).
   void StartSessions();
   void LogSessionPool() const;
+  // The transport, tokens and listeners; a warning when anyone beyond
+  // loopback may call without TLS or tokens.
+  void LogTransport() const;
   // The thread that expires idle sessions (--session-idle-timeout).
   void StartSessionExpiry();
   void StopSessionExpiry();

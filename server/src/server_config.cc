@@ -1,9 +1,9 @@
 #include "server_config.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
-#include <algorithm>
 #include <map>
 
 namespace attn::server {
@@ -101,10 +101,11 @@ std::map<std::string, Flag> SessionFlags() {
        {"ATTN_KV_CACHE_MB",
         "the KV-cache sessions' page pool, MiB: every session's keys and values together; "
         "never over-committed (default 1024)",
-        Int(1, 1LL << 30, [](C* c, long long x) {
-          c->kv_cache_bytes = x << 20;
-          c->kv_cache_given = true;
-        })}},
+        Int(1, 1LL << 30,
+            [](C* c, long long x) {
+              c->kv_cache_bytes = x << 20;
+              c->kv_cache_given = true;
+            })}},
       {"--container-memory-mb",
        {"ATTN_CONTAINER_MEMORY_MB",
         "the container's memory limit, MiB (the Kubernetes Deployment sets it from "
@@ -114,6 +115,16 @@ std::map<std::string, Flag> SessionFlags() {
       {"--max-sessions",
        {"ATTN_MAX_SESSIONS", "KV-cache sessions alive at once (default 4096)",
         Int(1, 1LL << 24, [](C* c, long long x) { c->max_sessions = x; })}},
+      {"--max-sessions-per-principal",
+       {"ATTN_MAX_SESSIONS_PER_PRINCIPAL",
+        "KV-cache sessions one principal (a token's name, a certificate's subject) may have "
+        "alive at once; 0 no limit beyond --max-sessions (default 0)",
+        Int(0, 1LL << 24, [](C* c, long long x) { c->max_sessions_per_principal = x; })}},
+      {"--kv-cache-mb-per-principal",
+       {"ATTN_KV_CACHE_MB_PER_PRINCIPAL",
+        "MiB of the page pool one principal's sessions may hold (a page shared by forks counts "
+        "once); 0 no limit beyond --kv-cache-mb (default 0)",
+        Int(0, 1LL << 30, [](C* c, long long x) { c->kv_cache_bytes_per_principal = x << 20; })}},
       {"--max-session-tokens",
        {"ATTN_MAX_SESSION_TOKENS",
         "tokens one session's layer may hold: its max_tokens' default and most (default 131072)",

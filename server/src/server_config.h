@@ -37,8 +37,12 @@ struct ServerConfig {
   // KV-cache sessions (SessionService).
   int64_t kv_cache_bytes = int64_t{1024} << 20;  // --kv-cache-mb, ATTN_KV_CACHE_MB: the page pool
   int64_t max_sessions = 4096;                   // --max-sessions, ATTN_MAX_SESSIONS
+  // Per principal; 0: no limit beyond the server's.
+  int64_t max_sessions_per_principal = 0;    // --max-sessions-per-principal
+  int64_t kv_cache_bytes_per_principal = 0;  // --kv-cache-mb-per-principal
   int64_t max_session_tokens = 131072;  // --max-session-tokens, ATTN_MAX_SESSION_TOKENS, per layer
-  double session_idle_timeout_s = 600;  // --session-idle-timeout, ATTN_SESSION_IDLE_TIMEOUT; 0: never
+  double session_idle_timeout_s =
+      600;  // --session-idle-timeout, ATTN_SESSION_IDLE_TIMEOUT; 0: never
   // --container-memory-mb, ATTN_CONTAINER_MEMORY_MB: the container's memory
   // limit; without --kv-cache-mb, the pool is this less --memory-quota-mb
   // and 256 MiB for the rest (at least 64 MiB).

@@ -117,7 +117,7 @@ void BM_KvDecode(benchmark::State& state) {
     auto r = store.Extend(0, steps, {});
     if (!r.ok()) state.SkipWithError(r.status().ToString().c_str());
     state.PauseTiming();
-    for (const auto& id : ids) (void)store.Truncate(id, L);
+    for (const auto& id : ids) (void)store.Truncate("", id, L);
     state.ResumeTiming();
   }
   const double bytes =
@@ -156,7 +156,7 @@ void BM_KvPrefill(benchmark::State& state) {
       auto r = store.Extend(0, {st}, {});
       if (!r.ok()) state.SkipWithError(r.status().ToString().c_str());
       state.PauseTiming();
-      (void)store.Truncate("p", 0);
+      (void)store.Truncate("", "p", 0);
       state.ResumeTiming();
     }
   }

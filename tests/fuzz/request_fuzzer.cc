@@ -189,51 +189,69 @@ void RunHttp(const uint8_t* data, size_t size) {
   RunOip(req, &outputs);
 }
 
-// Every session's tokens per layer and the pool's bytes: what a failed call
-// must leave as it was.
-std::vector<std::vector<int64_t>> SessionState(attn::KvCacheStore& store) {
+// The principals the session selectors run under: each call is one's, and
+// must never change anything of the other's.
+constexpr const char* kOwners[2] = {"alice", "bob"};
+
+// `owner`'s sessions (tokens per layer, bytes), and with `pool`, the pool's
+// bytes: what a failed call must leave as it was, and what a call of
+// another owner must never touch.
+std::vector<std::vector<int64_t>> SessionState(attn::KvCacheStore& store, const std::string& owner,
+                                               bool pool) {
   std::vector<std::vector<int64_t>> state;
-  for (const attn::KvSessionInfo& i : store.List()) {
+  for (const attn::KvSessionInfo& i : store.List(owner)) {
     state.push_back(i.layer_tokens);
     state.back().push_back(i.cache_bytes);
   }
-  state.push_back({store.bytes_used()});
+  const attn::KvOwnerUsage use = store.OwnerUsage(owner);
+  state.push_back({use.sessions, use.bytes_used});
+  if (pool) state.push_back({store.bytes_used()});
   return state;
 }
 
-// A fresh store with "a" (2 layers, 2 kv heads, D 8, float32, 20 tokens in
-// layer 0), "b" (1 layer, 1 head, D 4, Dv 6, bfloat16, 5 tokens) and "c", a
-// fork of "a".
+// A fresh store where each owner has "a" (2 layers, 2 kv heads, D 8,
+// float32, 20 tokens in layer 0), "b" (1 layer, 1 head, D 4, Dv 6,
+// bfloat16, 5 tokens) and "c", a fork of "a"; bob's hold other values, and
+// bob also has "bob-only".
 std::unique_ptr<attn::KvCacheStore> SessionStore() {
   attn::KvStoreOptions o;
   o.pool_bytes = 64 << 10;
   o.page_bytes = 1024;
-  o.max_sessions = 6;
   o.default_max_tokens = 300;
   auto store = std::make_unique<attn::KvCacheStore>(o);
-  auto make = [&](const char* id, int64_t layers, int64_t heads, int64_t d, int64_t dv,
-                  attn::CacheType t, int64_t tokens) {
+  o.max_sessions = 12;
+  auto make = [&](const char* owner, const char* id, int64_t layers, int64_t heads, int64_t d,
+                  int64_t dv, attn::CacheType t, int64_t tokens, float fill) {
     attn::KvSessionSpec spec;
-    spec.session_id = id, spec.num_layers = layers, spec.num_kv_heads = heads;
-    spec.head_dim = d, spec.value_dim = dv, spec.cache_type = t;
+    spec.owner = owner, spec.session_id = id, spec.num_layers = layers;
+    spec.num_kv_heads = heads, spec.head_dim = d, spec.value_dim = dv, spec.cache_type = t;
     if (!store->Create(spec).ok()) Die("session setup", attn::Status::Internal(id));
-    std::vector<float> kv(static_cast<size_t>(heads * tokens * std::max(d, dv)), 0.25f);
+    std::vector<float> kv(static_cast<size_t>(heads * tokens * std::max(d, dv)), fill);
     attn::KvStep st{id, attn::TensorView::Dense(kv.data(), {heads, 0, d}),
                     attn::TensorView::Dense(kv.data(), {heads, tokens, d}),
                     attn::TensorView::Dense(kv.data(), {heads, tokens, dv})};
-    auto r = store->Extend(0, {st}, {});
+    attn::KvExtendOptions eo;
+    eo.owner = owner;
+    auto r = store->Extend(0, {st}, eo);
     if (!r.ok()) Die("session setup", r.status());
   };
-  make("a", 2, 2, 8, 8, attn::CacheType::kFloat32, 20);
-  make("b", 1, 1, 4, 6, attn::CacheType::kBFloat16, 5);
-  if (!store->Fork("a", "c").ok()) Die("session setup", attn::Status::Internal("fork"));
+  for (const char* owner : kOwners) {
+    const float fill = owner == kOwners[0] ? 0.25f : -0.5f;
+    make(owner, "a", 2, 2, 8, 8, attn::CacheType::kFloat32, 20, fill);
+    make(owner, "b", 1, 1, 4, 6, attn::CacheType::kBFloat16, 5, fill);
+    if (!store->Fork(owner, "a", "c").ok()) Die("session setup", attn::Status::Internal("fork"));
+  }
+  make(kOwners[1], "bob-only", 1, 1, 4, 4, attn::CacheType::kFloat32, 3, 1.0f);
   return store;
 }
 
 void RunSessions(int op, const uint8_t* data, size_t size) {
   static const RequestLimits limits = SmallLimits();
   auto store = SessionStore();
-  const auto before = SessionState(*store);
+  // Whose call this is: the input decides, so both run.
+  const std::string me = kOwners[size % 2], other = kOwners[1 - size % 2];
+  const auto before = SessionState(*store, me, true);
+  const auto others = SessionState(*store, other, false);
   attn::Status st;
   auto parse = [&](google::protobuf::MessageLite* m) {
     return m->ParseFromArray(data, static_cast<int>(size));
@@ -242,6 +260,7 @@ void RunSessions(int op, const uint8_t* data, size_t size) {
     attention::v1::ExtendRequest req;
     if (!parse(&req)) return Report(attn::Status::InvalidArgument("not a parsable request"));
     PreparedCall call;
+    call.principal.name = me;
     grpc::ByteBuffer sent;
     st = attn::server::PrepareExtend(req, store.get(), limits, nullptr, &sent, &call);
     if (st.ok()) {
@@ -274,25 +293,28 @@ void RunSessions(int op, const uint8_t* data, size_t size) {
   } else if (op == 1) {
     attention::v1::CreateSessionRequest req;
     if (!parse(&req)) return Report(attn::Status::InvalidArgument("not a parsable request"));
-    st = attn::server::CreateFromWire(req, store.get()).status();
+    st = attn::server::CreateFromWire(req, me, store.get()).status();
   } else if (op == 2) {
     attention::v1::ForkSessionRequest req;
     if (!parse(&req)) return Report(attn::Status::InvalidArgument("not a parsable request"));
-    st = store->Fork(req.session_id(), req.new_session_id()).status();
+    st = store->Fork(me, req.session_id(), req.new_session_id()).status();
   } else if (op == 3) {
     attention::v1::TruncateSessionRequest req;
     if (!parse(&req)) return Report(attn::Status::InvalidArgument("not a parsable request"));
-    st = store->Truncate(req.session_id(), req.tokens()).status();
+    st = store->Truncate(me, req.session_id(), req.tokens()).status();
   } else {
     attention::v1::SessionRef req;
     if (!parse(&req)) return Report(attn::Status::InvalidArgument("not a parsable request"));
-    st = store->Delete(req.session_id()).status();
+    st = store->Delete(me, req.session_id()).status();
   }
   if (st.code() == attn::StatusCode::kInternal) Die("session call", st);
   if (store->bytes_used() > store->bytes_limit())
     Die("session pool", attn::Status::Internal("over"));
-  if (!st.ok() && SessionState(*store) != before) {
+  if (!st.ok() && SessionState(*store, me, true) != before) {
     Die("a failed session call changed the store", st);
+  }
+  if (SessionState(*store, other, false) != others) {
+    Die("a call of one principal changed another's sessions", st);
   }
   Report(st);
 }

@@ -21,7 +21,9 @@
 #include "call/held_memory.h"
 #include "call/prepared_call.h"
 #include "ops/server_log.h"
+#include "ops/token_auth.h"
 #include "server_config.h"
+#include "test_files.h"
 
 namespace attn {
 namespace {
@@ -86,6 +88,13 @@ TEST(ServerConfig, SessionFlags) {
               std::string::npos);
   }
   EXPECT_FALSE(Parse({"--kv-cache-mb", "0"}).ok());
+  EXPECT_EQ(c->max_sessions_per_principal, 0) << "no quota by default";
+  EXPECT_EQ(c->kv_cache_bytes_per_principal, 0);
+  c = Parse({"--max-sessions-per-principal", "16"}, {{"ATTN_KV_CACHE_MB_PER_PRINCIPAL", "64"}});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->max_sessions_per_principal, 16);
+  EXPECT_EQ(c->kv_cache_bytes_per_principal, int64_t{64} << 20);
+  EXPECT_FALSE(Parse({"--max-sessions-per-principal", "-1"}).ok());
   // A 2 GiB container: 2048 - 512 (--memory-quota-mb) - 256 MiB for the pool.
   c = Parse({}, {{"ATTN_CONTAINER_MEMORY_MB", "2048"}});
   ASSERT_TRUE(c.ok());
@@ -311,6 +320,63 @@ TEST(ServerLog, JsonLinesAreJsonWithEveryField) {
   const std::string text = server::FormatAccess(ErrorRecord(), server::LogFormat::kText, 0);
   EXPECT_EQ(text.find("suppressed"), std::string::npos);
   EXPECT_NE(text.find("rpc=Attention"), std::string::npos);
+}
+
+TEST(ServerLog, TextLinesEscapeControlCharactersAndNameThePrincipal) {
+  server::AccessRecord r = ErrorRecord();
+  r.principal = "CN=a \"b\"\nrpc=Forged";
+  r.reason = "session 'x\ny' \x1b[31mred\x7f";
+  const std::string text = server::FormatAccess(r, server::LogFormat::kText, 0);
+  EXPECT_EQ(text.find('\n'), std::string::npos) << text;
+  EXPECT_EQ(text.find('\x1b'), std::string::npos) << text;
+  EXPECT_EQ(text.find('\x7f'), std::string::npos) << text;
+  EXPECT_NE(text.find("principal=\"CN=a \\\"b\\\"\\x0arpc=Forged\""), std::string::npos) << text;
+  EXPECT_NE(text.find("reason=\"session 'x\\x0ay' \\x1b[31mred\\x7f\""), std::string::npos) << text;
+  auto json = ParseJson("{" + server::FormatAccess(r, server::LogFormat::kJson, 0) + "}");
+  ASSERT_TRUE(json.ok());
+  EXPECT_EQ(json->Find("principal")->string, r.principal) << "JSON carries it exactly, escaped";
+}
+
+// The token file: NAME TOKEN lines and bare tokens (named by their SHA-256),
+// and the lines it refuses, keeping the tokens in use.
+TEST(TokenAuth, NamedAndBareTokensAndWhatTheFileRefuses) {
+  attn_test::TempDir dir;
+  dir.Write("t", "# teams\nteam-a tok-aaaa\n  team-b   tok-bbbb  \ntok-cccc\nteam-a tok-a-next\n");
+  server::TokenAuth auth;
+  ASSERT_TRUE(auth.Load(dir.File("t")).ok());
+  EXPECT_EQ(auth.size(), 4u);
+  auto check = [&](const std::string& header) { return auth.Check(header.data(), header.size()); };
+  EXPECT_EQ(*check("Bearer tok-aaaa"), "team-a");
+  EXPECT_EQ(*check("Bearer tok-a-next"), "team-a") << "a name may hold two tokens (a rotation)";
+  EXPECT_EQ(*check("Bearer tok-bbbb"), "team-b");
+  // sha256("tok-cccc"), from coreutils: 8 hex digits.
+  EXPECT_EQ(*check("Bearer tok-cccc"), server::BareTokenName("tok-cccc"));
+  FILE* p = popen("printf %s tok-cccc | sha256sum", "r");
+  char hex[9] = {};
+  ASSERT_EQ(fread(hex, 1, 8, p), 8u);
+  pclose(p);
+  EXPECT_EQ(server::BareTokenName("tok-cccc"), hex);
+  EXPECT_EQ(check("Bearer team-a").status().code(), StatusCode::kUnauthenticated)
+      << "a name is not a token";
+  EXPECT_EQ(auth.names(), (std::vector<std::string>{hex, "team-a", "team-b"}));
+  for (const auto& [text, why] : std::vector<std::pair<std::string, std::string>>{
+           {"team a tok-x\n", "more than two fields"},
+           {"team/a tok-x\n", "a name must match [A-Za-z0-9._-]{1,64}"},
+           {"team-a tok-x\nteam-b tok-x\n", "a token given twice"},
+           {"# nobody\n", "no token"}}) {
+    dir.Write("bad", text);
+    server::TokenAuth fresh;
+    const Status st = fresh.Load(dir.File("bad"));
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << text;
+    EXPECT_NE(st.message().find(why), std::string::npos) << st.message();
+    EXPECT_EQ(st.message().find("tok-x"), std::string::npos) << "never a token: " << st.message();
+  }
+  dir.Write("t", "team-a tok-a b c\n");
+  EXPECT_FALSE(auth.Reload().ok());
+  EXPECT_EQ(*check("Bearer tok-bbbb"), "team-b") << "a failed reload keeps the tokens in use";
+  EXPECT_EQ(server::PrincipalLabel(""), "anonymous");
+  EXPECT_EQ(server::PrincipalLabel("team-a"), "team-a");
+  EXPECT_EQ(server::PrincipalLabel("CN=x,O=y"), "certificate") << "subjects are not labels";
 }
 
 TEST(ServerLog, RepeatedErrorLinesAreRateLimited) {

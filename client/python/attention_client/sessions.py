@@ -33,11 +33,12 @@ Step = Tuple[Any, Any, Any, Any]
 
 class SessionInfo:
     """What the server says of a session: its shape, the tokens each layer
-    holds (`layer_tokens`) and the bytes its pages take (`cache_bytes`;
-    pages shared with a fork count in both)."""
+    holds (`layer_tokens`), the bytes its pages take (`cache_bytes`;
+    pages shared with a fork count in both) and the principal that owns it
+    (`owner`: a token's name, a certificate's subject; "" anonymous)."""
 
     __slots__ = ("session_id", "num_layers", "num_kv_heads", "head_dim", "value_dim",
-                 "cache_dtype", "max_tokens", "layer_tokens", "cache_bytes")
+                 "cache_dtype", "max_tokens", "layer_tokens", "cache_bytes", "owner")
 
     def __init__(self, msg: Any):
         self.session_id: str = msg.session_id
@@ -49,27 +50,33 @@ class SessionInfo:
         self.max_tokens: int = msg.max_tokens
         self.layer_tokens: List[int] = list(msg.layer_tokens)
         self.cache_bytes: int = msg.cache_bytes
+        self.owner: str = msg.owner
 
     def __repr__(self) -> str:
         return (f"SessionInfo({self.session_id!r}, layers={self.num_layers}, "
                 f"kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, "
                 f"cache={self.cache_dtype}, layer_tokens={self.layer_tokens}, "
-                f"cache_bytes={self.cache_bytes})")
+                f"cache_bytes={self.cache_bytes}, owner={self.owner!r})")
 
 
 class SessionList:
-    """What ListSessions answers: `sessions` (SessionInfo, by id) and the
-    pool's bytes, `cache_bytes_used` of `cache_bytes_limit`. Indexing it as
+    """What ListSessions answers: `sessions` (the caller's own, SessionInfo,
+    by id), the caller's bytes, `owner_bytes_used` of `owner_bytes_limit`
+    (its quota), and the pool's, `cache_bytes_used` of `cache_bytes_limit`.
+    Indexing it as
     the dict older releases returned (`listed["sessions"]`) still works for
     one release, with a DeprecationWarning."""
 
-    __slots__ = ("sessions", "cache_bytes_used", "cache_bytes_limit")
+    __slots__ = ("sessions", "cache_bytes_used", "cache_bytes_limit", "owner_bytes_used",
+                 "owner_bytes_limit")
     _KEYS = ("sessions", "cache_bytes_used", "cache_bytes_limit")
 
     def __init__(self, msg: Any):
         self.sessions: List[SessionInfo] = [SessionInfo(m) for m in msg.sessions]
         self.cache_bytes_used: int = msg.cache_bytes_used
         self.cache_bytes_limit: int = msg.cache_bytes_limit
+        self.owner_bytes_used: int = msg.owner_bytes_used
+        self.owner_bytes_limit: int = msg.owner_bytes_limit
 
     def __getitem__(self, key: str) -> Any:
         if key not in self._KEYS:
@@ -85,7 +92,8 @@ class SessionList:
         return iter(self.sessions)
 
     def __repr__(self) -> str:
-        return (f"SessionList({len(self.sessions)} sessions, pool {self.cache_bytes_used} of "
+        return (f"SessionList({len(self.sessions)} sessions, yours {self.owner_bytes_used} of "
+                f"{self.owner_bytes_limit} bytes, pool {self.cache_bytes_used} of "
                 f"{self.cache_bytes_limit} bytes)")
 
 

@@ -38,10 +38,10 @@ void PrintInfo(const v1::SessionInfo& i) {
   }
   std::printf(
       "%-24s layers=%d kv_heads=%d head_dim=%d value_dim=%d cache=%s max_tokens=%lld "
-      "tokens=[%s] bytes=%lld\n",
+      "tokens=[%s] bytes=%lld owner=%s\n",
       i.session_id().c_str(), i.num_layers(), i.num_kv_heads(), i.head_dim(), i.value_dim(),
       DtypeName(i.cache_dtype()), static_cast<long long>(i.max_tokens()), tokens.c_str(),
-      static_cast<long long>(i.cache_bytes()));
+      static_cast<long long>(i.cache_bytes()), i.owner().empty() ? "-" : i.owner().c_str());
 }
 
 StatusOr<v1::CreateSessionRequest> CreateRequest(const CommandLine& cl) {
@@ -191,7 +191,9 @@ int RunSession(const CommandLine& cl) {
   } else if (sub == "list") {
     auto list = client.List(timeout);
     if (!list.ok()) return failed(list.status());
-    std::printf("%d sessions; pool %lld of %lld bytes used\n", list->sessions_size(),
+    std::printf("%d sessions; yours %lld of %lld bytes used; pool %lld of %lld bytes used\n",
+                list->sessions_size(), static_cast<long long>(list->owner_bytes_used()),
+                static_cast<long long>(list->owner_bytes_limit()),
                 static_cast<long long>(list->cache_bytes_used()),
                 static_cast<long long>(list->cache_bytes_limit()));
     for (const auto& s : list->sessions()) PrintInfo(s);

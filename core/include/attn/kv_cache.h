@@ -11,6 +11,15 @@
 // page (copy-on-write). The pool never over-commits: bytes_used() <=
 // bytes_limit() always.
 //
+// Owners: every session belongs to the owner that created it, an opaque
+// string (the server's principal: a token's name, a certificate's subject,
+// or "" for the anonymous one). Ids live in a namespace per owner: the same
+// id under two owners is two sessions, and every call sees only its
+// owner's sessions (another owner's answer NOT_FOUND with exactly the
+// message of a missing id). A fork belongs to its parent's owner, so pages
+// are shared only within an owner and each counts once for it. Quotas per
+// owner (sessions, bytes) beside the store's own limits.
+//
 // Thread safety: every member of KvCacheStore may be called concurrently.
 // Two Extends on the same (session, layer) at once: the second gets ABORTED
 // ("busy"). An Extend that fails or is cancelled changes no session.
@@ -38,6 +47,7 @@ const char* CacheTypeName(CacheType type);
 int CacheTypeBytes(CacheType type);
 
 struct KvSessionSpec {
+  std::string owner;         // who creates it (opaque; "" the anonymous owner)
   std::string session_id;    // [A-Za-z0-9._-]{1,128}; empty: the store makes one
   int64_t num_layers = 1;    // >= 1
   int64_t num_kv_heads = 1;  // >= 1
@@ -60,6 +70,18 @@ struct KvStoreOptions {
   int64_t page_bytes = 32 << 10;
   int64_t max_sessions = 4096;
   int64_t default_max_tokens = 131072;  // --max-session-tokens
+  // Per owner (0: none beyond the store's): sessions alive, and bytes of
+  // the pool (pages, each counted once however many of the owner's
+  // sessions share it).
+  int64_t max_sessions_per_owner = 0;  // --max-sessions-per-principal
+  int64_t pool_bytes_per_owner = 0;    // --kv-cache-mb-per-principal
+};
+
+// One owner's use of the store.
+struct KvOwnerUsage {
+  std::string owner;
+  int64_t sessions = 0, bytes_used = 0;
+  int64_t bytes_limit = 0;  // its quota, or the pool's limit when it has none
 };
 
 // One step of an Extend: a session, its queries and the keys and values to
@@ -73,6 +95,7 @@ struct KvStep {
 };
 
 struct KvExtendOptions {
+  std::string owner;  // whose sessions the steps name
   // Query t of a step sits at position L_after - n_q + t (bottom-right);
   // with causal it sees keys at positions <= its own, without it every key.
   bool causal = true;
@@ -100,34 +123,44 @@ class KvCacheStore {
   KvCacheStore(const KvCacheStore&) = delete;
   KvCacheStore& operator=(const KvCacheStore&) = delete;
 
-  // ALREADY_EXISTS for a taken id, INVALID_ARGUMENT for a bad spec,
-  // RESOURCE_EXHAUSTED past max_sessions. Allocates no page.
+  // The session of spec.owner. ALREADY_EXISTS for an id the owner has,
+  // INVALID_ARGUMENT for a bad spec, RESOURCE_EXHAUSTED past max_sessions
+  // or the owner's max_sessions_per_owner. Allocates no page.
   StatusOr<KvSessionInfo> Create(const KvSessionSpec& spec);
-  // NOT_FOUND for an unknown (or expired) session.
-  StatusOr<KvSessionInfo> Get(const std::string& id);
-  // The steps' sessions must be distinct. All or nothing: on any error,
-  // cancellation included, no session changes.
+  // NOT_FOUND for an unknown (or expired) session, or another owner's.
+  StatusOr<KvSessionInfo> Get(const std::string& owner, const std::string& id);
+  // The steps' sessions (options.owner's) must be distinct. All or nothing:
+  // on any error, cancellation included, no session changes.
   StatusOr<KvExtendResult> Extend(int64_t layer, const std::vector<KvStep>& steps,
                                   const KvExtendOptions& options);
   // Validates an Extend as Extend would (sessions, shapes, limits: not the
   // pool or busy layers) and returns its cost, computing nothing.
   StatusOr<AttentionCost> EstimateExtend(int64_t layer, const std::vector<KvStep>& steps,
                                          const KvExtendOptions& options);
-  // Copy-on-write: shares every page, copies none. new_id empty: made up.
-  StatusOr<KvSessionInfo> Fork(const std::string& id, const std::string& new_id);
+  // Copy-on-write: shares every page, copies none; the child is the
+  // owner's too. new_id empty: made up.
+  StatusOr<KvSessionInfo> Fork(const std::string& owner, const std::string& id,
+                               const std::string& new_id);
   // Keeps the first `tokens` of every layer (>= 0). ABORTED while a layer is busy.
-  StatusOr<KvSessionInfo> Truncate(const std::string& id, int64_t tokens);
+  StatusOr<KvSessionInfo> Truncate(const std::string& owner, const std::string& id, int64_t tokens);
   // Returns what it deleted. Pages are freed once no fork holds them.
-  StatusOr<KvSessionInfo> Delete(const std::string& id);
-  std::vector<KvSessionInfo> List();
+  StatusOr<KvSessionInfo> Delete(const std::string& owner, const std::string& id);
+  // The owner's sessions, by id.
+  std::vector<KvSessionInfo> List(const std::string& owner);
+  // Every owner's sessions, by owner and id (operators, tests).
+  std::vector<KvSessionInfo> ListAll();
 
   // Deletes the sessions idle (no call touching them, none in flight) for
-  // at least `idle`; returns how many.
-  int64_t ExpireIdle(std::chrono::steady_clock::duration idle);
+  // at least `idle`; returns what it deleted (their owners name them).
+  std::vector<KvSessionInfo> ExpireIdle(std::chrono::steady_clock::duration idle);
 
   int64_t bytes_used() const;
   int64_t bytes_limit() const;
   int64_t num_sessions() const;
+  // One owner's sessions and bytes (an owner never seen: zeros).
+  KvOwnerUsage OwnerUsage(const std::string& owner) const;
+  // Every owner with a session or a byte in use.
+  std::vector<KvOwnerUsage> Owners() const;
   const KvStoreOptions& options() const;
 
   class Impl;

@@ -2,6 +2,7 @@
 // Extend, the one call that writes pages, is kv_extend.cc.
 #include <algorithm>
 #include <cstdio>
+#include <tuple>
 
 #include "kvcache/session.h"
 
@@ -28,10 +29,11 @@ int CacheTypeBytes(CacheType type) { return type == CacheType::kFloat32 ? 4 : 2;
 
 namespace internal {
 
-KvSession::KvSession(const KvSessionSpec& s, int64_t tpp, PagePool* p)
+KvSession::KvSession(const KvSessionSpec& s, int64_t tpp, PagePool* p, int32_t owner)
     : spec(s),
       tokens_per_page(tpp),
       pool(p),
+      owner_index(owner),
       layers(static_cast<size_t>(s.num_layers)),
       last_used(SteadyClock::now()) {}
 
@@ -75,29 +77,54 @@ std::string NotFoundMessage(const std::string& id, const std::string& where) {
 KvCacheStore::Impl::Impl(const KvStoreOptions& o)
     : options(o), pool(o.pool_bytes, o.page_bytes), rng(std::random_device{}()) {}
 
-StatusOr<std::shared_ptr<internal::KvSession>> KvCacheStore::Impl::Find(const std::string& id,
+StatusOr<std::shared_ptr<internal::KvSession>> KvCacheStore::Impl::Find(const std::string& owner,
+                                                                        const std::string& id,
                                                                         const std::string& where) {
   std::lock_guard<std::mutex> lock(map_mu);
-  auto it = sessions.find(id);
-  if (it == sessions.end()) return Status::NotFound(internal::NotFoundMessage(id, where));
+  auto o = owners.find(owner);
+  if (o != owners.end()) {
+    auto it = o->second.sessions.find(id);
+    if (it != o->second.sessions.end()) return it->second;
+  }
+  return Status::NotFound(internal::NotFoundMessage(id, where));
+}
+
+KvCacheStore::Impl::Owner& KvCacheStore::Impl::OwnerLocked(const std::string& owner) {
+  auto it = owners.find(owner);
+  if (it == owners.end()) {
+    it = owners.emplace(owner, Owner{}).first;
+    it->second.index = pool.NewOwner();
+  }
   return it->second;
 }
 
-Status KvCacheStore::Impl::CheckNewIdLocked(std::string* id) {
-  if (static_cast<int64_t>(sessions.size()) >= options.max_sessions) {
+internal::PoolOwner KvCacheStore::Impl::PoolOwnerOf(const internal::KvSession& s) const {
+  return internal::PoolOwner{s.owner_index, &s.spec.owner, options.pool_bytes_per_owner};
+}
+
+Status KvCacheStore::Impl::CheckNewIdLocked(const std::string& owner, Owner& o, std::string* id) {
+  if (num_sessions >= options.max_sessions) {
     return Status::ResourceExhausted(
-        "sessions: " + std::to_string(sessions.size()) + " live, the limit (--max-sessions " +
+        "sessions: " + std::to_string(num_sessions) + " live, the limit (--max-sessions " +
         std::to_string(options.max_sessions) + "); delete sessions or raise the limit");
+  }
+  const int64_t mine = static_cast<int64_t>(o.sessions.size());
+  if (options.max_sessions_per_owner > 0 && mine >= options.max_sessions_per_owner) {
+    return Status::ResourceExhausted("sessions of " + internal::OwnerLabel(owner) + ": " +
+                                     std::to_string(mine) +
+                                     " live, its quota (--max-sessions-per-principal " +
+                                     std::to_string(options.max_sessions_per_owner) +
+                                     "); delete its sessions or raise the quota");
   }
   if (id->empty()) {
     do {
       char buf[24];
       std::snprintf(buf, sizeof(buf), "s-%016llx", static_cast<unsigned long long>(rng()));
       *id = buf;
-    } while (sessions.count(*id) != 0);
+    } while (o.sessions.count(*id) != 0);
     return Status::Ok();
   }
-  if (sessions.count(*id) != 0) {
+  if (o.sessions.count(*id) != 0) {
     return Status::AlreadyExists("session '" + *id + "' already exists");
   }
   return Status::Ok();
@@ -150,32 +177,37 @@ StatusOr<KvSessionInfo> KvCacheStore::Create(const KvSessionSpec& spec) {
   int64_t tpp = 0;
   ATTN_RETURN_IF_ERROR(CheckSpec(&s, impl_->options, &tpp));
   std::lock_guard<std::mutex> lock(impl_->map_mu);
-  ATTN_RETURN_IF_ERROR(impl_->CheckNewIdLocked(&s.session_id));
-  auto session = std::make_shared<KvSession>(s, tpp, &impl_->pool);
-  impl_->sessions.emplace(s.session_id, session);
+  Impl::Owner& owner = impl_->OwnerLocked(s.owner);
+  ATTN_RETURN_IF_ERROR(impl_->CheckNewIdLocked(s.owner, owner, &s.session_id));
+  auto session = std::make_shared<KvSession>(s, tpp, &impl_->pool, owner.index);
+  owner.sessions.emplace(s.session_id, session);
+  ++impl_->num_sessions;
   return session->InfoLocked();
 }
 
-StatusOr<KvSessionInfo> KvCacheStore::Get(const std::string& id) {
-  ATTN_ASSIGN_OR_RETURN(auto session, impl_->Find(id, ""));
+StatusOr<KvSessionInfo> KvCacheStore::Get(const std::string& owner, const std::string& id) {
+  ATTN_ASSIGN_OR_RETURN(auto session, impl_->Find(owner, id, ""));
   std::lock_guard<std::mutex> lock(session->mu);
   session->last_used = SteadyClock::now();
   return session->InfoLocked();
 }
 
-StatusOr<KvSessionInfo> KvCacheStore::Fork(const std::string& id, const std::string& new_id) {
+StatusOr<KvSessionInfo> KvCacheStore::Fork(const std::string& owner_name, const std::string& id,
+                                           const std::string& new_id) {
   std::string child_id = new_id;
   if (!child_id.empty()) ATTN_RETURN_IF_ERROR(internal::CheckSessionId(child_id, "new_session_id"));
   std::lock_guard<std::mutex> lock(impl_->map_mu);
-  auto it = impl_->sessions.find(id);
-  if (it == impl_->sessions.end()) {
+  auto o = impl_->owners.find(owner_name);
+  if (o == impl_->owners.end() || o->second.sessions.count(id) == 0) {
     return Status::NotFound(internal::NotFoundMessage(id, "fork: "));
   }
-  ATTN_RETURN_IF_ERROR(impl_->CheckNewIdLocked(&child_id));
+  auto it = o->second.sessions.find(id);
+  Impl::Owner& owner = o->second;
+  ATTN_RETURN_IF_ERROR(impl_->CheckNewIdLocked(owner_name, owner, &child_id));
   KvSession& parent = *it->second;
-  KvSessionSpec spec = parent.spec;
+  KvSessionSpec spec = parent.spec;  // the parent's owner: pages are shared within it only
   spec.session_id = child_id;
-  auto child = std::make_shared<KvSession>(spec, parent.tokens_per_page, &impl_->pool);
+  auto child = std::make_shared<KvSession>(spec, parent.tokens_per_page, &impl_->pool, owner.index);
   {
     // The committed pages only: an Extend in flight on the parent commits
     // to the parent alone.
@@ -188,16 +220,18 @@ StatusOr<KvSessionInfo> KvCacheStore::Fork(const std::string& id, const std::str
     }
     parent.last_used = SteadyClock::now();
   }
-  impl_->sessions.emplace(child_id, child);
+  owner.sessions.emplace(child_id, child);
+  ++impl_->num_sessions;
   return child->InfoLocked();
 }
 
-StatusOr<KvSessionInfo> KvCacheStore::Truncate(const std::string& id, int64_t tokens) {
+StatusOr<KvSessionInfo> KvCacheStore::Truncate(const std::string& owner, const std::string& id,
+                                               int64_t tokens) {
   if (tokens < 0) {
     return Status::InvalidArgument("tokens: must be >= 0 (the tokens to keep), got " +
                                    std::to_string(tokens));
   }
-  ATTN_ASSIGN_OR_RETURN(auto session, impl_->Find(id, "truncate: "));
+  ATTN_ASSIGN_OR_RETURN(auto session, impl_->Find(owner, id, "truncate: "));
   std::lock_guard<std::mutex> lock(session->mu);
   if (session->gone) return Status::NotFound(internal::NotFoundMessage(id, "truncate: "));
   if (session->busy_layers > 0) {
@@ -216,62 +250,122 @@ StatusOr<KvSessionInfo> KvCacheStore::Truncate(const std::string& id, int64_t to
   return session->InfoLocked();
 }
 
-StatusOr<KvSessionInfo> KvCacheStore::Delete(const std::string& id) {
+StatusOr<KvSessionInfo> KvCacheStore::Delete(const std::string& owner, const std::string& id) {
   std::shared_ptr<KvSession> session;
   {
     std::lock_guard<std::mutex> lock(impl_->map_mu);
-    auto it = impl_->sessions.find(id);
-    if (it == impl_->sessions.end()) {
+    auto o = impl_->owners.find(owner);
+    if (o == impl_->owners.end() || o->second.sessions.count(id) == 0) {
       return Status::NotFound(internal::NotFoundMessage(id, "delete: "));
     }
+    auto it = o->second.sessions.find(id);
     session = std::move(it->second);
-    impl_->sessions.erase(it);
+    o->second.sessions.erase(it);
+    --impl_->num_sessions;
   }
   std::lock_guard<std::mutex> lock(session->mu);
   session->gone = true;
   return session->InfoLocked();
 }
 
-std::vector<KvSessionInfo> KvCacheStore::List() {
-  std::vector<std::shared_ptr<KvSession>> all;
-  {
-    std::lock_guard<std::mutex> lock(impl_->map_mu);
-    for (auto& [id, s] : impl_->sessions) all.push_back(s);
-  }
+namespace {
+
+std::vector<KvSessionInfo> InfosOf(const std::vector<std::shared_ptr<KvSession>>& all) {
   std::vector<KvSessionInfo> out;
   for (auto& s : all) {
     std::lock_guard<std::mutex> lock(s->mu);
     out.push_back(s->InfoLocked());
   }
   std::sort(out.begin(), out.end(), [](const KvSessionInfo& a, const KvSessionInfo& b) {
-    return a.spec.session_id < b.spec.session_id;
+    return std::tie(a.spec.owner, a.spec.session_id) < std::tie(b.spec.owner, b.spec.session_id);
   });
   return out;
 }
 
-int64_t KvCacheStore::ExpireIdle(std::chrono::steady_clock::duration idle) {
-  const auto now = SteadyClock::now();
-  std::vector<std::shared_ptr<KvSession>> expired;  // freed outside the lock
-  std::lock_guard<std::mutex> lock(impl_->map_mu);
-  for (auto it = impl_->sessions.begin(); it != impl_->sessions.end();) {
-    KvSession& s = *it->second;
-    std::lock_guard<std::mutex> slock(s.mu);
-    if (s.busy_layers == 0 && now - s.last_used >= idle) {
-      s.gone = true;
-      expired.push_back(std::move(it->second));
-      it = impl_->sessions.erase(it);
-    } else {
-      ++it;
+}  // namespace
+
+std::vector<KvSessionInfo> KvCacheStore::List(const std::string& owner) {
+  std::vector<std::shared_ptr<KvSession>> all;
+  {
+    std::lock_guard<std::mutex> lock(impl_->map_mu);
+    auto o = impl_->owners.find(owner);
+    if (o != impl_->owners.end()) {
+      for (auto& [id, s] : o->second.sessions) all.push_back(s);
     }
   }
-  return static_cast<int64_t>(expired.size());
+  return InfosOf(all);
+}
+
+std::vector<KvSessionInfo> KvCacheStore::ListAll() {
+  std::vector<std::shared_ptr<KvSession>> all;
+  {
+    std::lock_guard<std::mutex> lock(impl_->map_mu);
+    for (auto& [name, o] : impl_->owners) {
+      for (auto& [id, s] : o.sessions) all.push_back(s);
+    }
+  }
+  return InfosOf(all);
+}
+
+std::vector<KvSessionInfo> KvCacheStore::ExpireIdle(std::chrono::steady_clock::duration idle) {
+  const auto now = SteadyClock::now();
+  std::vector<std::shared_ptr<KvSession>> expired;  // freed outside the lock
+  std::vector<KvSessionInfo> out;
+  {
+    std::lock_guard<std::mutex> lock(impl_->map_mu);
+    for (auto& [name, o] : impl_->owners) {
+      for (auto it = o.sessions.begin(); it != o.sessions.end();) {
+        KvSession& s = *it->second;
+        std::lock_guard<std::mutex> slock(s.mu);
+        if (s.busy_layers == 0 && now - s.last_used >= idle) {
+          s.gone = true;
+          out.push_back(s.InfoLocked());
+          expired.push_back(std::move(it->second));
+          it = o.sessions.erase(it);
+          --impl_->num_sessions;
+        } else {
+          ++it;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+KvOwnerUsage KvCacheStore::OwnerUsage(const std::string& owner) const {
+  KvOwnerUsage u;
+  u.owner = owner;
+  u.bytes_limit = impl_->options.pool_bytes_per_owner > 0
+                      ? std::min(impl_->options.pool_bytes_per_owner, bytes_limit())
+                      : bytes_limit();
+  std::lock_guard<std::mutex> lock(impl_->map_mu);
+  auto o = impl_->owners.find(owner);
+  if (o == impl_->owners.end()) return u;
+  u.sessions = static_cast<int64_t>(o->second.sessions.size());
+  u.bytes_used = impl_->pool.owner_bytes(o->second.index);
+  return u;
+}
+
+std::vector<KvOwnerUsage> KvCacheStore::Owners() const {
+  std::vector<std::string> names;
+  {
+    std::lock_guard<std::mutex> lock(impl_->map_mu);
+    for (const auto& [name, o] : impl_->owners) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  std::vector<KvOwnerUsage> out;
+  for (const auto& n : names) {
+    KvOwnerUsage u = OwnerUsage(n);
+    if (u.sessions > 0 || u.bytes_used > 0) out.push_back(std::move(u));
+  }
+  return out;
 }
 
 int64_t KvCacheStore::bytes_used() const { return impl_->pool.bytes_used(); }
 int64_t KvCacheStore::bytes_limit() const { return impl_->pool.bytes_limit(); }
 int64_t KvCacheStore::num_sessions() const {
   std::lock_guard<std::mutex> lock(impl_->map_mu);
-  return static_cast<int64_t>(impl_->sessions.size());
+  return impl_->num_sessions;
 }
 const KvStoreOptions& KvCacheStore::options() const { return impl_->options; }
 

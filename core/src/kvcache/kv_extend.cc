@@ -148,7 +148,7 @@ static StatusOr<std::vector<StepPlan>> Plan(KvCacheStore::Impl& impl, int64_t la
                                      "earlier step); send its tokens in one step");
     }
     ATTN_ASSIGN_OR_RETURN(plans[i].session,
-                          impl.Find(id, "extend: steps[" + std::to_string(i) + "]: "));
+                          impl.Find(o.owner, id, "extend: steps[" + std::to_string(i) + "]: "));
     plans[i].step = &steps[i];
     ATTN_RETURN_IF_ERROR(CheckStep(i, layer, &plans[i]));
     // Per-head options concern the query heads; a step without queries
@@ -190,7 +190,8 @@ namespace {
 // Marks each step's layer busy and works out its pages: kept, copied
 // (a shared last page about to be written), fresh. On error, nothing is
 // marked (the caller's Rollback unmarks what was).
-Status Reserve(int64_t layer, std::vector<StepPlan>& plans, internal::PagePool* pool) {
+Status Reserve(int64_t layer, std::vector<StepPlan>& plans, KvCacheStore::Impl& impl) {
+  internal::PagePool* pool = &impl.pool;
   int64_t needed = 0;
   for (size_t i = 0; i < plans.size(); ++i) {
     StepPlan& p = plans[i];
@@ -234,7 +235,10 @@ Status Reserve(int64_t layer, std::vector<StepPlan>& plans, internal::PagePool* 
     }
   }
   std::vector<PageId> pages;
-  ATTN_RETURN_IF_ERROR(pool->Allocate(needed, &pages));
+  // Every step's session is the caller's: one owner pays for the pages.
+  if (!plans.empty()) {
+    ATTN_RETURN_IF_ERROR(pool->Allocate(needed, impl.PoolOwnerOf(*plans[0].session), &pages));
+  }
   // Hand the pages out: copies of shared last pages, then the new ones.
   size_t next = 0;
   for (StepPlan& p : plans) {
@@ -305,7 +309,7 @@ StatusOr<KvExtendResult> KvCacheStore::Extend(int64_t layer, const std::vector<K
   internal::PagePool* pool = &impl_->pool;
   KvExtendResult out;
   Status st = GuardExceptions("extend", [&]() -> Status {
-    ATTN_RETURN_IF_ERROR(Reserve(layer, plans, pool));
+    ATTN_RETURN_IF_ERROR(Reserve(layer, plans, *impl_));
     internal::WriteSteps(plans, pool);
     return internal::AttendSteps(plans, options, pool, &out.results);
   });

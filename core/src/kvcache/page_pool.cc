@@ -34,6 +34,7 @@ PagePool::PagePool(int64_t pool_bytes, int64_t page_bytes) : page_bytes_(page_by
     }
   }
   refcount_.assign(static_cast<size_t>(num_pages_), 0);
+  owner_of_.assign(static_cast<size_t>(num_pages_), 0);
   free_.reserve(static_cast<size_t>(num_pages_));
   // Low ids on top of the stack: a small load touches the start of the pool.
   for (int64_t i = num_pages_ - 1; i >= 0; --i) free_.push_back(static_cast<PageId>(i));
@@ -43,7 +44,17 @@ PagePool::~PagePool() {
   if (map_ != nullptr) munmap(map_, static_cast<size_t>(mapped_bytes_));
 }
 
-Status PagePool::Allocate(int64_t n, std::vector<PageId>* out) {
+std::string OwnerLabel(const std::string& owner) {
+  return owner.empty() ? std::string("the anonymous principal") : "principal '" + owner + "'";
+}
+
+int32_t PagePool::NewOwner() {
+  std::lock_guard<std::mutex> lock(mu_);
+  owner_pages_.push_back(0);
+  return static_cast<int32_t>(owner_pages_.size() - 1);
+}
+
+Status PagePool::Allocate(int64_t n, const PoolOwner& owner, std::vector<PageId>* out) {
   if (n <= 0) return Status::Ok();
   std::lock_guard<std::mutex> lock(mu_);
   if (n > static_cast<int64_t>(free_.size())) {
@@ -53,13 +64,29 @@ Status PagePool::Allocate(int64_t n, std::vector<PageId>* out) {
         std::to_string(used) + " of " + std::to_string(bytes_limit()) +
         " bytes used (the limit, --kv-cache-mb); delete or truncate sessions, or raise the limit");
   }
+  int64_t& mine = owner_pages_[static_cast<size_t>(owner.index)];
+  if (owner.limit_bytes > 0 && (mine + n) * page_bytes_ > owner.limit_bytes) {
+    return Status::ResourceExhausted(
+        "kv cache of " + OwnerLabel(owner.name != nullptr ? *owner.name : std::string()) + ": " +
+        std::to_string(n * page_bytes_) + " bytes more needed, " +
+        std::to_string(mine * page_bytes_) + " of its " + std::to_string(owner.limit_bytes) +
+        " bytes used (its quota, --kv-cache-mb-per-principal); delete or truncate its sessions, "
+        "or raise the quota");
+  }
+  mine += n;
   for (int64_t i = 0; i < n; ++i) {
     const PageId p = free_.back();
     free_.pop_back();
     refcount_[p] = 1;
+    owner_of_[p] = owner.index;
     out->push_back(p);
   }
   return Status::Ok();
+}
+
+int64_t PagePool::owner_bytes(int32_t owner) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return owner_pages_[static_cast<size_t>(owner)] * page_bytes_;
 }
 
 void PagePool::Retain(const PageId* pages, int64_t n) {
@@ -70,7 +97,10 @@ void PagePool::Retain(const PageId* pages, int64_t n) {
 void PagePool::Release(const PageId* pages, int64_t n) {
   std::lock_guard<std::mutex> lock(mu_);
   for (int64_t i = 0; i < n; ++i) {
-    if (--refcount_[pages[i]] == 0) free_.push_back(pages[i]);
+    if (--refcount_[pages[i]] == 0) {
+      free_.push_back(pages[i]);
+      --owner_pages_[static_cast<size_t>(owner_of_[pages[i]])];
+    }
   }
 }
 

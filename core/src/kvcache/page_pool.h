@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "attn/status.h"
@@ -12,6 +13,17 @@
 namespace attn::internal {
 
 using PageId = int32_t;
+
+// Who takes pages: its index among the pool's owners (NewOwner), its name
+// for the messages, and its quota in bytes (0: none beyond the pool's).
+struct PoolOwner {
+  int32_t index = 0;
+  const std::string* name = nullptr;
+  int64_t limit_bytes = 0;
+};
+
+// "principal 'x'", or "the anonymous principal" for "".
+std::string OwnerLabel(const std::string& owner);
 
 class PagePool {
  public:
@@ -22,13 +34,19 @@ class PagePool {
   PagePool(const PagePool&) = delete;
   PagePool& operator=(const PagePool&) = delete;
 
-  // `n` fresh pages (refcount 1) appended to `out`, or RESOURCE_EXHAUSTED
-  // naming the bytes used and the limit, with nothing taken.
-  Status Allocate(int64_t n, std::vector<PageId>* out);
-  // One more holder of each page.
+  // A new owner's index (its page count starts at 0).
+  int32_t NewOwner();
+  // `n` fresh pages (refcount 1) of `owner` appended to `out`, or
+  // RESOURCE_EXHAUSTED naming the bytes used and the limit (the pool's, or
+  // the owner's quota), with nothing taken.
+  Status Allocate(int64_t n, const PoolOwner& owner, std::vector<PageId>* out);
+  // One more holder of each page (only the pages' own owner shares them).
   void Retain(const PageId* pages, int64_t n);
-  // One holder fewer; a page nobody holds goes back to the pool.
+  // One holder fewer; a page nobody holds goes back to the pool and off its
+  // owner's count.
   void Release(const PageId* pages, int64_t n);
+  // The bytes of the pages `owner` holds.
+  int64_t owner_bytes(int32_t owner) const;
   // How many hold `page` (1: writable in place).
   int32_t RefCount(PageId page) const;
 
@@ -44,8 +62,10 @@ class PagePool {
   uint8_t* base_ = nullptr;
   int64_t mapped_bytes_ = 0;
   mutable std::mutex mu_;
-  std::vector<PageId> free_;       // a stack of free pages
-  std::vector<int32_t> refcount_;  // per page; 0 = free
+  std::vector<PageId> free_;          // a stack of free pages
+  std::vector<int32_t> refcount_;     // per page; 0 = free
+  std::vector<int32_t> owner_of_;     // per page in use: its owner's index
+  std::vector<int64_t> owner_pages_;  // per owner: the pages it holds
 };
 
 }  // namespace attn::internal

@@ -26,13 +26,14 @@ struct KvLayer {
 };
 
 struct KvSession {
-  KvSession(const KvSessionSpec& s, int64_t tokens_per_page, PagePool* p);
+  KvSession(const KvSessionSpec& s, int64_t tokens_per_page, PagePool* p, int32_t owner_index);
   ~KvSession();  // gives back every page it holds
 
-  const KvSessionSpec spec;  // value_dim and max_tokens resolved
+  const KvSessionSpec spec;  // value_dim and max_tokens resolved; spec.owner its owner
   const int64_t tokens_per_page;
   PagePool* const pool;
-  std::mutex mu;  // guards everything below
+  const int32_t owner_index;  // spec.owner's index in the pool
+  std::mutex mu;              // guards everything below
   std::vector<KvLayer> layers;
   int busy_layers = 0;
   // Set when the store lets it go (delete, expiry): a call that found it
@@ -56,21 +57,33 @@ namespace attn {
 
 class KvCacheStore::Impl {
  public:
+  // One owner's namespace: its sessions by id, and its index in the pool.
+  struct Owner {
+    int32_t index = 0;
+    std::unordered_map<std::string, std::shared_ptr<internal::KvSession>> sessions;
+  };
+
   explicit Impl(const KvStoreOptions& options);
 
-  // The session, or NOT_FOUND saying what may have happened to it.
-  StatusOr<std::shared_ptr<internal::KvSession>> Find(const std::string& id,
+  // The owner's session, or NOT_FOUND saying what may have happened to it
+  // (another owner's session gets exactly the message of a missing one).
+  StatusOr<std::shared_ptr<internal::KvSession>> Find(const std::string& owner,
+                                                      const std::string& id,
                                                       const std::string& where);
-  // A fresh id, or `id` checked; ALREADY_EXISTS and RESOURCE_EXHAUSTED as for Create.
-  // Called with map_mu held.
-  Status CheckNewIdLocked(std::string* id);
+  // The owner's namespace, made on first use. Called with map_mu held.
+  Owner& OwnerLocked(const std::string& owner);
+  // A fresh id, or `id` checked, in the owner's namespace; ALREADY_EXISTS
+  // and RESOURCE_EXHAUSTED as for Create. Called with map_mu held.
+  Status CheckNewIdLocked(const std::string& owner, Owner& o, std::string* id);
+  // What the pool needs to charge pages to a session's owner.
+  internal::PoolOwner PoolOwnerOf(const internal::KvSession& s) const;
 
   const KvStoreOptions options;
   internal::PagePool pool;
-  std::mutex map_mu;
-  std::unordered_map<std::string, std::shared_ptr<internal::KvSession>>
-      sessions;         // guarded by map_mu
-  std::mt19937_64 rng;  // guarded by map_mu
+  mutable std::mutex map_mu;
+  std::unordered_map<std::string, Owner> owners;  // guarded by map_mu
+  int64_t num_sessions = 0;                       // guarded by map_mu
+  std::mt19937_64 rng;                            // guarded by map_mu
 };
 
 }  // namespace attn

@@ -24,10 +24,10 @@ CallTransport::CallTransport() : start_(Clock::now()), call_(std::make_shared<Pr
 
 CallDispatcher::CallDispatcher(const ServiceOptions& options) : options_(options) {}
 
-void CallDispatcher::Completed(Rpc rpc, const PreparedCall* call, const Status& st,
-                               Clock::time_point start, Clock::time_point began, int64_t bytes_in,
-                               int64_t bytes_out, const std::function<std::string()>& peer,
-                               bool dispatched) {
+void CallDispatcher::Completed(Rpc rpc, const PreparedCall* call, const Principal* who,
+                               const Status& st, Clock::time_point start, Clock::time_point began,
+                               int64_t bytes_in, int64_t bytes_out,
+                               const std::function<std::string()>& peer, bool dispatched) {
   const auto end = Clock::now();
   if (dispatched) in_flight_.fetch_sub(1, std::memory_order_relaxed);
   const bool computed = began != Clock::time_point{};
@@ -37,6 +37,8 @@ void CallDispatcher::Completed(Rpc rpc, const PreparedCall* call, const Status& 
                   SecondsBetween(start, end), computed ? SecondsBetween(start, began) : -1,
                   computed ? SecondsBetween(began, end) : -1, bytes_in, bytes_out,
                   call != nullptr && call->precision == UsedPrecision::kBFloat16);
+    m->RecordPrincipalCall(who != nullptr ? PrincipalLabel(who->name) : "unauthenticated", rpc,
+                           static_cast<int>(st.code()));
   }
   // Check first: building the shapes and the peer costs more than a small
   // call's compute, and debug is usually off.
@@ -45,6 +47,7 @@ void CallDispatcher::Completed(Rpc rpc, const PreparedCall* call, const Status& 
   r.rpc = RpcName(rpc);
   r.protocol = ProtocolName(rpc);
   r.model = model.empty() ? "-" : model;
+  r.principal = who == nullptr ? "?" : who->name.empty() ? "-" : who->name;
   if (call != nullptr) r.shapes = call->Shapes();
   if (call != nullptr && computed) r.precision = PrecisionName(call->precision);
   r.code = StatusCodeName(st.code());
@@ -54,10 +57,18 @@ void CallDispatcher::Completed(Rpc rpc, const PreparedCall* call, const Status& 
   LogAccess(r);
 }
 
-Status CallDispatcher::Authenticate(const std::string* authorization) const {
-  if (options_.auth == nullptr) return Status::Ok();
-  if (authorization == nullptr) return options_.auth->Check(nullptr, 0);
-  return options_.auth->Check(authorization->data(), authorization->size());
+StatusOr<Principal> CallDispatcher::Authenticate(const CallerCredentials& who) const {
+  Principal p;
+  if (options_.auth != nullptr) {
+    const std::string* a = who.authorization;
+    ATTN_ASSIGN_OR_RETURN(p.name, options_.auth->Check(a != nullptr ? a->data() : nullptr,
+                                                       a != nullptr ? a->size() : 0));
+    p.kind = Principal::Kind::kToken;
+  } else if (options_.certificate_principals && !who.certificate_subject.empty()) {
+    p.name = who.certificate_subject;
+    p.kind = Principal::Kind::kCertificate;
+  }
+  return p;
 }
 
 int CallDispatcher::LargeCallThreads(int cpus) {
@@ -72,13 +83,15 @@ int CallDispatcher::ThreadsForLargeCall(int cpus, int in_flight, Clock::duration
   return std::max(1, cpus / std::max(2, in_flight));
 }
 
-void CallDispatcher::Dispatch(CallTransport* t, const std::string* authorization,
+void CallDispatcher::Dispatch(CallTransport* t, const CallerCredentials& who,
                               const std::function<Status(PreparedCall*)>& prepare) {
   // Counted from here until Finish(), rejected calls included.
   const int in_flight = in_flight_.fetch_add(1, std::memory_order_relaxed) + 1;
   arrived_.fetch_add(1, std::memory_order_relaxed);
-  Status st = Authenticate(authorization);
-  if (!st.ok()) return t->Finish(st, {});
+  auto principal = Authenticate(who);
+  if (!principal.ok()) return t->Finish(principal.status(), {});
+  t->call()->principal = std::move(*principal);
+  t->call()->authenticated = true;
   if (in_flight > options_.max_inflight) {
     t->set_admission_refused();
     return t->Finish(Status::ResourceExhausted(
@@ -87,7 +100,7 @@ void CallDispatcher::Dispatch(CallTransport* t, const std::string* authorization
                      {});
   }
   const std::shared_ptr<PreparedCall>& call = t->call();
-  st = prepare(call.get());
+  Status st = prepare(call.get());
   if (!st.ok()) return t->Finish(st, {});
   ComputeScheduler* scheduler = options_.scheduler;
   const bool small = call->cost.flops < kParallelFlops;

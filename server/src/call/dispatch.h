@@ -18,6 +18,7 @@
 #include "call/compute_scheduler.h"
 #include "call/request_limits.h"
 #include "models/model_registry.h"
+#include "ops/principal.h"
 #include "ops/server_metrics.h"
 #include "ops/token_auth.h"
 
@@ -36,8 +37,12 @@ struct ServiceOptions {
   // get RESOURCE_EXHAUSTED before their request is even looked at.
   int max_inflight = 256;
   // Optional; must outlive the dispatcher. With `auth`, every call needs a
-  // valid bearer token. With `metrics`, every call is counted.
+  // valid bearer token, and the token's name is the call's principal. With
+  // `metrics`, every call is counted.
   const TokenAuth* auth = nullptr;
+  // Mutual TLS: without `auth`, a client certificate's subject is the
+  // call's principal.
+  bool certificate_principals = false;
   ServerMetrics* metrics = nullptr;
   // Optional; must outlive the dispatcher. With it, gRPC calls count the
   // bytes they hold (requests, unsent answers) and are refused over its quota.
@@ -87,23 +92,27 @@ class CallDispatcher {
   // about 0.80 to 0.87-0.92 of in-process (docs/performance.md, "row 3").
   static int ThreadsForLargeCall(int cpus, int in_flight, Clock::duration since_overlap);
 
-  // The path every attention call takes, whatever its protocol: the token
-  // (`authorization`: the header's value, null when none came), admission,
-  // `prepare(call)` (which checks the request and sets the call's compute,
-  // output and respond), a CPU, compute, respond; then t->Finish().
-  void Dispatch(CallTransport* t, const std::string* authorization,
+  // The path every attention call takes, whatever its protocol: the
+  // principal (Authenticate), admission, `prepare(call)` (which checks the
+  // request and sets the call's compute, output and respond; the call's
+  // principal is set), a CPU, compute, respond; then t->Finish().
+  void Dispatch(CallTransport* t, const CallerCredentials& who,
                 const std::function<Status(PreparedCall*)>& prepare);
 
-  // OK, or UNAUTHENTICATED; `authorization` as for Dispatch.
-  Status Authenticate(const std::string* authorization) const;
+  // The caller's principal: with tokens, the name of the token it sent (or
+  // UNAUTHENTICATED); else, with mutual TLS, its certificate's subject;
+  // else the anonymous principal.
+  StatusOr<Principal> Authenticate(const CallerCredentials& who) const;
 
   // A finished call, reported by its transport: metrics and the access
   // line, and, with `dispatched`, its in-flight slot given back. `call`
-  // null: no model, no shapes; `began` default: it never reached a CPU;
-  // `peer` is called only when a line is logged.
-  void Completed(Rpc rpc, const PreparedCall* call, const Status& st, Clock::time_point start,
-                 Clock::time_point began, int64_t bytes_in, int64_t bytes_out,
-                 const std::function<std::string()>& peer, bool dispatched = true);
+  // null: no model, no shapes; `who` null: no principal known (it failed
+  // before); `began` default: it never reached a CPU; `peer` is called only
+  // when a line is logged.
+  void Completed(Rpc rpc, const PreparedCall* call, const Principal* who, const Status& st,
+                 Clock::time_point start, Clock::time_point began, int64_t bytes_in,
+                 int64_t bytes_out, const std::function<std::string()>& peer,
+                 bool dispatched = true);
 
   const ServiceOptions& options() const { return options_; }
 

@@ -10,12 +10,22 @@
 
 namespace attn::server {
 
-const std::string* AuthorizationOf(grpc::CallbackServerContext* ctx, std::string* storage) {
+CallerCredentials CredentialsOf(grpc::CallbackServerContext* ctx, std::string* storage) {
+  CallerCredentials who;
   const auto& md = ctx->client_metadata();
   const auto it = md.find("authorization");
-  if (it == md.end()) return nullptr;
-  storage->assign(it->second.data(), it->second.size());
-  return storage;
+  if (it != md.end()) {
+    storage->assign(it->second.data(), it->second.size());
+    who.authorization = storage;
+  }
+  // gRPC verified the certificate against --tls-client-ca before the call
+  // reached us; its subject is RFC 2253 ("CN=team-a,O=example").
+  const std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
+  if (auth != nullptr && auth->IsPeerAuthenticated()) {
+    const auto subject = auth->FindPropertyValues(GRPC_X509_SUBJECT_PROPERTY_NAME);
+    if (!subject.empty()) who.certificate_subject.assign(subject[0].data(), subject[0].size());
+  }
+  return who;
 }
 
 // One gRPC call's reactor: it finishes the call (timing trailer, access
@@ -70,8 +80,9 @@ class CallReactor final : public grpc::ServerUnaryReactor, public CallTransport 
                                   ? static_cast<int64_t>(resp_->Length())
                                   : 0;
     grpc::CallbackServerContext* ctx = ctx_;
-    service_->Completed(rpc_, call().get(), st, start(), began, bytes_in_, bytes_out,
-                        [ctx] { return ctx->peer(); });
+    const PreparedCall* c = call().get();
+    service_->Completed(rpc_, c, c->authenticated ? &c->principal : nullptr, st, start(), began,
+                        bytes_in_, bytes_out, [ctx] { return ctx->peer(); });
     // The parsed request and the typed answer are done with (the answer
     // went into gRPC's buffer): free them now, not when gRPC is done.
     call()->keep_alive.reset();
@@ -104,11 +115,12 @@ grpc::ServerUnaryReactor* ServeGrpc(CallDispatcher* dispatcher, Rpc rpc,
   auto* reactor = new CallReactor(dispatcher, rpc, ctx, bytes_in, resp);
   std::string storage;
   const ServiceOptions& options = dispatcher->options();
+  const CallerCredentials who = CredentialsOf(ctx, &storage);
   if (options.held == nullptr) {
-    dispatcher->Dispatch(reactor, AuthorizationOf(ctx, &storage), prepare);
+    dispatcher->Dispatch(reactor, who, prepare);
     return reactor;
   }
-  dispatcher->Dispatch(reactor, AuthorizationOf(ctx, &storage), [&](PreparedCall* call) {
+  dispatcher->Dispatch(reactor, who, [&](PreparedCall* call) {
     Status st = options.held->Admit(reactor->peer(), reactor->held());
     if (!st.ok()) {
       reactor->set_admission_refused();
@@ -123,15 +135,36 @@ grpc::ServerUnaryReactor* ServeGrpcSimple(CallDispatcher* dispatcher, Rpc rpc,
                                           grpc::CallbackServerContext* ctx,
                                           const google::protobuf::MessageLite* resp,
                                           const std::function<Status()>& answer, bool open) {
+  if (open) {
+    const auto start = Clock::now();
+    const Status st = answer();
+    const int64_t bytes_out = st.ok() && dispatcher->options().metrics != nullptr
+                                  ? static_cast<int64_t>(resp->ByteSizeLong())
+                                  : 0;
+    const Principal anyone;
+    dispatcher->Completed(
+        rpc, nullptr, &anyone, st, start, {}, 0, bytes_out, [ctx] { return ctx->peer(); }, false);
+    auto* reactor = ctx->DefaultReactor();
+    reactor->Finish(wire::ToGrpcStatus(st));
+    return reactor;
+  }
+  return ServeGrpcAs(dispatcher, rpc, ctx, resp, [&](const Principal&) { return answer(); });
+}
+
+grpc::ServerUnaryReactor* ServeGrpcAs(CallDispatcher* dispatcher, Rpc rpc,
+                                      grpc::CallbackServerContext* ctx,
+                                      const google::protobuf::MessageLite* resp,
+                                      const std::function<Status(const Principal&)>& answer) {
   const auto start = Clock::now();
   std::string storage;
-  Status st = open ? Status::Ok() : dispatcher->Authenticate(AuthorizationOf(ctx, &storage));
-  if (st.ok()) st = answer();
+  const StatusOr<Principal> who = dispatcher->Authenticate(CredentialsOf(ctx, &storage));
+  const Status st = who.ok() ? answer(*who) : who.status();
   const int64_t bytes_out = st.ok() && dispatcher->options().metrics != nullptr
                                 ? static_cast<int64_t>(resp->ByteSizeLong())
                                 : 0;
   dispatcher->Completed(
-      rpc, nullptr, st, start, {}, 0, bytes_out, [ctx] { return ctx->peer(); }, false);
+      rpc, nullptr, who.ok() ? &*who : nullptr, st, start, {}, 0, bytes_out,
+      [ctx] { return ctx->peer(); }, false);
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(wire::ToGrpcStatus(st));
   return reactor;

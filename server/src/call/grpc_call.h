@@ -24,15 +24,22 @@ grpc::ServerUnaryReactor* ServeGrpc(CallDispatcher* dispatcher, Rpc rpc,
                                     const grpc::ByteBuffer* resp,
                                     const std::function<Status(PreparedCall*)>& prepare);
 
-// A gRPC call that never reaches a CPU (metadata, readiness): token check
-// (unless `open`, as for probes), then `answer()`, then the access line
-// and metrics.
+// A gRPC call that never reaches a CPU (metadata, readiness): the
+// principal (unless `open`, as for probes), then `answer()`, then the
+// access line and metrics.
 grpc::ServerUnaryReactor* ServeGrpcSimple(CallDispatcher* dispatcher, Rpc rpc,
                                           grpc::CallbackServerContext* ctx,
                                           const google::protobuf::MessageLite* resp,
                                           const std::function<Status()>& answer, bool open = false);
 
-// The value of the "authorization" metadata of a gRPC call, or null.
-const std::string* AuthorizationOf(grpc::CallbackServerContext* ctx, std::string* storage);
+// The same, for an answer that depends on who asks (sessions).
+grpc::ServerUnaryReactor* ServeGrpcAs(CallDispatcher* dispatcher, Rpc rpc,
+                                      grpc::CallbackServerContext* ctx,
+                                      const google::protobuf::MessageLite* resp,
+                                      const std::function<Status(const Principal&)>& answer);
+
+// What a gRPC call tells of its caller: its "authorization" metadata (kept
+// in `storage`) and, over mutual TLS, its verified certificate's subject.
+CallerCredentials CredentialsOf(grpc::CallbackServerContext* ctx, std::string* storage);
 
 }  // namespace attn::server

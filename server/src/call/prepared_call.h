@@ -19,6 +19,7 @@
 #include "attn/status.h"
 #include "call/request_limits.h"
 #include "models/model_registry.h"
+#include "ops/principal.h"
 #include "wire/tensor_codec.h"
 #include "wire/tensor_data.h"
 
@@ -78,6 +79,9 @@ struct PreparedCall {
   // Set when the client cancels or the deadline passes; core polls it
   // between blocks and stops.
   std::atomic<bool> cancelled{false};
+  // Who is calling; set (and `authenticated`) before prepare runs.
+  Principal principal;
+  bool authenticated = false;
   std::string model;                                // "" for none, for logs
   std::vector<std::string> fields;                  // the decoded fields, in order, for logs
   wire::Encoding encoding = wire::Encoding::kData;  // of the first input; the response uses it

@@ -1,8 +1,12 @@
 #include "oip/oip_http.h"
 
 #include <httplib.h>
+#include <openssl/bio.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 #include <future>
+#include <memory>
 
 #include "attn/json.h"
 #include "call/prepared_call.h"
@@ -54,8 +58,9 @@ class HttpCall final : public CallTransport {
       timing_ = wire::TimingTrailerValue(began - start(), Clock::now() - began);
     }
     const httplib::Request& req = req_;
-    calls_->Completed(Rpc::kHttpInfer, call().get(), st, start(), began, bytes_in_,
-                      static_cast<int64_t>(st.ok() ? body_.size() : 0),
+    const PreparedCall* c = call().get();
+    calls_->Completed(Rpc::kHttpInfer, c, c->authenticated ? &c->principal : nullptr, st, start(),
+                      began, bytes_in_, static_cast<int64_t>(st.ok() ? body_.size() : 0),
                       [&req] { return Peer(req); });
     done_.set_value();
   }
@@ -86,10 +91,33 @@ class HttpCall final : public CallTransport {
   std::promise<void> done_;
 };
 
-const std::string* AuthorizationOf(const httplib::Request& req, std::string* storage) {
-  if (!req.has_header("Authorization")) return nullptr;
-  *storage = req.get_header_value("Authorization");
-  return storage;
+// A verified client certificate's subject, RFC 2253, as gRPC gives it
+// ("CN=team-a,O=example"); "" without one.
+std::string CertificateSubject(const httplib::Request& req) {
+  if (req.ssl == nullptr) return "";
+  // The handshake verified it against --tls-client-ca when one is set.
+  if (SSL_get_verify_result(req.ssl) != X509_V_OK) return "";
+  std::unique_ptr<X509, decltype(&X509_free)> cert(SSL_get_peer_certificate(req.ssl), X509_free);
+  if (cert == nullptr) return "";
+  std::unique_ptr<BIO, decltype(&BIO_free)> bio(BIO_new(BIO_s_mem()), BIO_free);
+  if (bio == nullptr ||
+      X509_NAME_print_ex(bio.get(), X509_get_subject_name(cert.get()), 0, XN_FLAG_RFC2253) < 0) {
+    return "";
+  }
+  char* data = nullptr;
+  const long n = BIO_get_mem_data(bio.get(), &data);
+  return n > 0 ? std::string(data, static_cast<size_t>(n)) : std::string();
+}
+
+// What an HTTP request tells of its caller (the header kept in `storage`).
+CallerCredentials CredentialsOf(const httplib::Request& req, std::string* storage) {
+  CallerCredentials who;
+  if (req.has_header("Authorization")) {
+    *storage = req.get_header_value("Authorization");
+    who.authorization = storage;
+  }
+  who.certificate_subject = CertificateSubject(req);
+  return who;
 }
 
 // POST .../infer: the token, the body, then the shared call path.
@@ -107,21 +135,22 @@ void Infer(CallDispatcher* calls, const httplib::Request& req, const std::string
   }
   auto call = std::make_unique<HttpCall>(calls, req, static_cast<int64_t>(body.size()));
   std::string storage;
-  const std::string* authorization = AuthorizationOf(req, &storage);
+  const CallerCredentials who = CredentialsOf(req, &storage);
   // The token before the body is even parsed.
-  Status st = calls->Authenticate(authorization);
+  const StatusOr<Principal> principal = calls->Authenticate(who);
+  Status st = principal.status();
   if (st.ok()) {
     st = oip::ParseInferRequest(body, json_length, req.matches[1], req.matches[2], &call->request,
                                 &call->outputs);
   }
   if (!st.ok()) {  // counted and logged like any refused call
     calls->Completed(
-        Rpc::kHttpInfer, nullptr, st, call->start(), {}, static_cast<int64_t>(body.size()), 0,
-        [&req] { return Peer(req); }, false);
+        Rpc::kHttpInfer, nullptr, principal.ok() ? &*principal : nullptr, st, call->start(), {},
+        static_cast<int64_t>(body.size()), 0, [&req] { return Peer(req); }, false);
     return ReplyError(res, HttpStatusOf(st, false), st.message());
   }
   HttpCall* c = call.get();
-  calls->Dispatch(c, authorization, [calls, c](PreparedCall* p) {
+  calls->Dispatch(c, who, [calls, c](PreparedCall* p) {
     const ServiceOptions& o = calls->options();
     return oip::PrepareInfer(c->request, *o.models, o.limits, p, &c->response);
   });
@@ -210,7 +239,9 @@ void OipHttpServer::Routes() {
                         const std::function<Status(std::string*)>& answer) {
     const auto start = Clock::now();
     std::string storage, body;
-    Status st = authenticate ? calls->Authenticate(AuthorizationOf(req, &storage)) : Status::Ok();
+    StatusOr<Principal> who = Principal{};
+    if (authenticate) who = calls->Authenticate(CredentialsOf(req, &storage));
+    Status st = who.status();
     if (st.ok()) st = answer(&body);
     if (st.ok()) {
       Reply(res, 200, body);
@@ -218,8 +249,8 @@ void OipHttpServer::Routes() {
       ReplyError(res, HttpStatusOf(st, false), st.message());
     }
     calls->Completed(
-        Rpc::kHttpMetadata, nullptr, st, start, {}, 0, static_cast<int64_t>(res.body.size()),
-        [&req] { return Peer(req); }, false);
+        Rpc::kHttpMetadata, nullptr, who.ok() ? &*who : nullptr, st, start, {}, 0,
+        static_cast<int64_t>(res.body.size()), [&req] { return Peer(req); }, false);
   };
   http_->Get("/v2/health/live", [simple](const httplib::Request& req, httplib::Response& res) {
     simple(req, res, false, [](std::string* body) {

@@ -46,6 +46,26 @@ ErrorRateLimiter& Limiter() {
   return *limiter;
 }
 
+// Control characters as \xNN, and with `quotes`, '"' and '\\' escaped too.
+std::string Escaped(const std::string& s, bool quotes) {
+  std::string out;
+  out.reserve(s.size());
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c == 0x7f) {
+      char hex[8];
+      std::snprintf(hex, sizeof(hex), "\\x%02x", c);
+      out += hex;
+    } else if (quotes && (c == '"' || c == '\\')) {
+      out += '\\';
+      out += ch;
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 void ConfigureLogging(const std::string& level, LogFormat format) {
@@ -63,16 +83,20 @@ void LogMessage(spdlog::level::level_enum level, const std::string& message) {
   if (g_format == LogFormat::kJson) {
     spdlog::log(level, "\"msg\":{}", JsonQuote(message));
   } else {
-    spdlog::log(level, "{}", message);
+    spdlog::log(level, "{}", Escaped(message, false));
   }
 }
+
+std::string EscapeLogText(const std::string& s) { return Escaped(s, true); }
 
 std::string FormatAccess(const AccessRecord& r, LogFormat format, int64_t suppressed) {
   char latency[32];
   std::snprintf(latency, sizeof(latency), "%.3f", r.latency_ms);
   if (format == LogFormat::kJson) {
     std::string s = "\"rpc\":" + JsonQuote(r.rpc) + ",\"protocol\":" + JsonQuote(r.protocol) +
-                    ",\"model\":" + JsonQuote(r.model) + ",\"shapes\":" + JsonQuote(r.shapes) +
+                    ",\"model\":" + JsonQuote(r.model) +
+                    ",\"principal\":" + JsonQuote(r.principal) +
+                    ",\"shapes\":" + JsonQuote(r.shapes) +
                     (*r.precision != '\0' ? ",\"precision\":" + JsonQuote(r.precision) : "") +
                     ",\"code\":" + JsonQuote(r.code) + ",\"latency_ms\":" + latency +
                     ",\"peer\":" + JsonQuote(r.peer);
@@ -80,11 +104,12 @@ std::string FormatAccess(const AccessRecord& r, LogFormat format, int64_t suppre
     if (suppressed > 0) s += ",\"suppressed\":" + std::to_string(suppressed);
     return s;
   }
-  std::string s = std::string("rpc=") + r.rpc + " protocol=" + r.protocol + " model=" + r.model +
-                  " shapes=\"" + r.shapes + "\"" +
+  std::string s = std::string("rpc=") + r.rpc + " protocol=" + r.protocol +
+                  " model=" + EscapeLogText(r.model) + " principal=\"" +
+                  EscapeLogText(r.principal) + "\" shapes=\"" + EscapeLogText(r.shapes) + "\"" +
                   (*r.precision != '\0' ? std::string(" precision=") + r.precision : "") +
-                  " code=" + r.code + " latency_ms=" + latency + " peer=" + r.peer;
-  if (!r.reason.empty()) s += " reason=\"" + r.reason + "\"";
+                  " code=" + r.code + " latency_ms=" + latency + " peer=" + EscapeLogText(r.peer);
+  if (!r.reason.empty()) s += " reason=\"" + EscapeLogText(r.reason) + "\"";
   if (suppressed > 0) s += " (" + std::to_string(suppressed) + " similar lines suppressed)";
   return s;
 }

@@ -26,6 +26,9 @@ struct AccessRecord {
   const char* rpc = "";
   const char* protocol = "attention.v1";  // "oip-grpc", "oip-http"
   std::string model;                      // "-" for none
+  // The caller: a token's name, a certificate's subject, "-" for the
+  // anonymous principal, "?" when the call was refused before one was known.
+  std::string principal = "?";
   std::string shapes;
   const char* precision = "";  // what a computed call used: "float32" or "bfloat16"
   const char* code = "OK";
@@ -35,6 +38,10 @@ struct AccessRecord {
 };
 constexpr int kMaxErrorLinesPerSecond = 20;
 void LogAccess(const AccessRecord& record);
+
+// `s` with every control character (and, for quoting, '"' and '\\') escaped
+// as \xNN, \" and \\: one record is always one line.
+std::string EscapeLogText(const std::string& s);
 
 // The text of a record, as it would be logged (for tests).
 std::string FormatAccess(const AccessRecord& record, LogFormat format, int64_t suppressed);

@@ -143,6 +143,42 @@ void ServerMetrics::RecordCall(Rpc rpc, int model, int code, double latency_s, d
   s.bytes_out[r].fetch_add(static_cast<uint64_t>(bytes_out), std::memory_order_relaxed);
 }
 
+void ServerMetrics::RecordPrincipalCall(const std::string& principal, Rpc rpc, int code) {
+  code = std::clamp(code, 0, kNumCodes - 1);
+  std::lock_guard<std::mutex> lock(principals_mu_);
+  auto it = principals_.find(principal);
+  if (it == principals_.end()) {
+    const std::string label =
+        static_cast<int>(principals_.size()) < kMaxPrincipals ? principal : "other";
+    it = principals_.try_emplace(label, std::vector<uint64_t>(kNumRpcs * kNumCodes)).first;
+  }
+  ++it->second[static_cast<int>(rpc) * kNumCodes + code];
+}
+
+void ServerMetrics::RenderPrincipals(std::string* out) const {
+  {
+    std::lock_guard<std::mutex> lock(principals_mu_);
+    if (!principals_.empty()) {
+      *out +=
+          "# HELP attn_principal_requests_total Finished calls, by principal (a token's name; "
+          "\"anonymous\" without tokens or certificates; \"certificate\" for mutual TLS "
+          "subjects; \"unauthenticated\" when refused before one was known), RPC and gRPC "
+          "status code.\n# TYPE attn_principal_requests_total counter\n";
+    }
+    for (const auto& [label, counts] : principals_) {
+      for (int r = 0; r < kNumRpcs; ++r) {
+        for (int c = 0; c < kNumCodes; ++c) {
+          const uint64_t n = counts[r * kNumCodes + c];
+          if (n == 0) continue;
+          *out += "attn_principal_requests_total{principal=\"" + Escape(label) + "\",rpc=\"" +
+                  RpcName(static_cast<Rpc>(r)) + "\",code=\"" +
+                  StatusCodeName(static_cast<StatusCode>(c)) + "\"} " + std::to_string(n) + "\n";
+        }
+      }
+    }
+  }
+}
+
 std::string ServerMetrics::Render(const MetricsGauges& g) const {
   const int models = num_models() + 1;
   auto sum = [this](auto get) {
@@ -171,6 +207,8 @@ std::string ServerMetrics::Render(const MetricsGauges& g) const {
       }
     }
   }
+
+  RenderPrincipals(&out);
 
   // `precision`: that label's value too, when not empty; `help` null: no header.
   auto histogram = [&](const char* name, const char* help, Histogram(Shard::*which)[kNumRpcs],

@@ -10,7 +10,9 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -82,17 +84,27 @@ class ServerMetrics {
   void RecordCall(Rpc rpc, int model, int code, double latency_s, double queue_s, double compute_s,
                   int64_t bytes_in, int64_t bytes_out, bool bf16 = false);
 
+  // One finished call of `principal` (a bounded label: PrincipalLabel()),
+  // for attn_principal_requests_total. At most kMaxPrincipals labels are
+  // kept; later ones count as "other".
+  static constexpr int kMaxPrincipals = 256;
+  void RecordPrincipalCall(const std::string& principal, Rpc rpc, int code);
+
   // The Prometheus text exposition format (version 0.0.4).
   std::string Render(const MetricsGauges& gauges) const;
 
  private:
   struct Shard;
   Shard& LocalShard();
+  void RenderPrincipals(std::string* out) const;
 
   std::vector<ModelInfo> models_;
   static constexpr int kNumShards = 16;
   std::unique_ptr<Shard> shards_[kNumShards];
   const double start_time_s_;
+  mutable std::mutex principals_mu_;
+  // label -> calls by (rpc, code)
+  std::map<std::string, std::vector<uint64_t>> principals_;
 };
 
 // The resident set size of this process, in bytes (0 if unknown).

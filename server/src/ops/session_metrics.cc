@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "ops/token_auth.h"
+
 namespace attn::server {
 namespace {
 
@@ -27,6 +29,14 @@ void SessionMetrics::RecordExtend(int64_t steps, double seconds) {
   }
   count_[b].fetch_add(1, std::memory_order_relaxed);
   sum_us_[b].fetch_add(static_cast<uint64_t>(seconds * 1e6), std::memory_order_relaxed);
+}
+
+void SessionMetrics::RecordExpired(const std::string& owner) {
+  expired_.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(expired_mu_);
+  std::string label = PrincipalLabel(owner);
+  if (expired_by_.size() >= 256 && expired_by_.count(label) == 0) label = "other";
+  ++expired_by_[label];
 }
 
 void SessionMetrics::RecordStep(int64_t n_q, int64_t n_kv) {
@@ -55,6 +65,34 @@ std::string SessionMetrics::Render(const SessionGauges& g) const {
   line("attn_session_expired_total", "counter",
        "Sessions expired after --session-idle-timeout, their pages freed.",
        static_cast<double>(expired_.load()));
+  // Per principal, by label: certificate subjects share one ("certificate").
+  std::map<std::string, std::pair<int64_t, int64_t>> by;
+  for (const KvOwnerUsage& o : g.owners) {
+    auto& v = by[PrincipalLabel(o.owner)];
+    v.first += o.sessions;
+    v.second += o.bytes_used;
+  }
+  auto labelled = [&](const char* name, const char* type, const char* help, auto each) {
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+    each([&](const std::string& label, double v) {
+      out += std::string(name) + "{principal=\"" + label + "\"} " + Num(v) + "\n";
+    });
+  };
+  labelled("attn_principal_sessions", "gauge",
+           "KV-cache sessions alive, by the principal that owns them.", [&](auto emit) {
+             for (const auto& [label, v] : by) emit(label, static_cast<double>(v.first));
+           });
+  labelled("attn_principal_kv_cache_bytes_used", "gauge",
+           "Bytes of the page pool in use, by the principal that owns them.", [&](auto emit) {
+             for (const auto& [label, v] : by) emit(label, static_cast<double>(v.second));
+           });
+  {
+    std::lock_guard<std::mutex> lock(expired_mu_);
+    labelled("attn_principal_sessions_expired_total", "counter",
+             "Sessions expired after --session-idle-timeout, by owner.", [&](auto emit) {
+               for (const auto& [label, n] : expired_by_) emit(label, static_cast<double>(n));
+             });
+  }
   out +=
       "# HELP attn_session_steps_total Extend steps computed, by their query tokens (n_q).\n"
       "# TYPE attn_session_steps_total counter\n";

@@ -6,12 +6,18 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
+#include <vector>
+
+#include "attn/kv_cache.h"
 
 namespace attn::server {
 
 struct SessionGauges {
   int64_t sessions = 0, bytes_used = 0, bytes_limit = 0, max_sessions = 0;
+  std::vector<KvOwnerUsage> owners;  // each principal's sessions and bytes
 };
 
 class SessionMetrics {
@@ -25,13 +31,16 @@ class SessionMetrics {
   void RecordStep(int64_t n_q, int64_t n_kv);
   void RecordFork() { forks_.fetch_add(1, std::memory_order_relaxed); }
   void RecordTruncate() { truncations_.fetch_add(1, std::memory_order_relaxed); }
-  void RecordExpired(int64_t n) { expired_.fetch_add(n, std::memory_order_relaxed); }
+  // A session of `owner` expired.
+  void RecordExpired(const std::string& owner);
 
   // The text exposition of these metrics (appended to /metrics).
   std::string Render(const SessionGauges& g) const;
 
  private:
   std::atomic<uint64_t> tokens_{0}, forks_{0}, truncations_{0}, expired_{0};
+  mutable std::mutex expired_mu_;
+  std::map<std::string, uint64_t> expired_by_;  // by principal label (bounded)
   std::array<std::atomic<uint64_t>, kStepBuckets> steps_{};
   // Per batch bucket: the histogram's bucket counts, count and sum (µs).
   static constexpr std::array<double, 12> kBounds = {1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3,

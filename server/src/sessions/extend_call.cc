@@ -86,7 +86,12 @@ Status Steps(const v1::ExtendRequest& req, KvCacheStore* store, const RequestLim
       if (i == 0) call->encoding = call->tensors.back().encoding;
     } else {
       // No queries: a fill-only step, [Hkv, 0, D] once its session is known.
-      ATTN_ASSIGN_OR_RETURN(KvSessionInfo info, store->Get(st.session_id()));
+      auto found = store->Get(call->principal.name, st.session_id());
+      if (!found.ok()) {  // worded as for a step that names it with keys
+        return Status(found.status().code(),
+                      "extend: steps[" + std::to_string(i) + "]: " + found.status().message());
+      }
+      const KvSessionInfo& info = *found;
       step.query = TensorView::Dense(nullptr, {info.spec.num_kv_heads, 0, info.spec.head_dim});
       s->types.push_back(wire::WireType::kFloat32);
     }
@@ -128,6 +133,7 @@ Status PrepareExtend(const v1::ExtendRequest& req, KvCacheStore* store, const Re
                      SessionMetrics* metrics, grpc::ByteBuffer* resp, PreparedCall* call) {
   auto s = std::make_shared<ExtendState>();
   s->layer = req.layer();
+  s->options.owner = call->principal.name;  // only the caller's sessions exist for it
   ATTN_RETURN_IF_ERROR(Options(req, limits, call, &s->options));
   ATTN_RETURN_IF_ERROR(Steps(req, store, limits, call, s.get()));
   ATTN_ASSIGN_OR_RETURN(call->cost, store->EstimateExtend(s->layer, s->steps, s->options));

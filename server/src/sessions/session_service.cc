@@ -37,8 +37,10 @@ v1::DataType CacheTypeToWire(CacheType t) {
 
 }  // namespace
 
-StatusOr<KvSessionInfo> CreateFromWire(const v1::CreateSessionRequest& r, KvCacheStore* store) {
+StatusOr<KvSessionInfo> CreateFromWire(const v1::CreateSessionRequest& r, const std::string& owner,
+                                       KvCacheStore* store) {
   KvSessionSpec spec;
+  spec.owner = owner;
   spec.session_id = r.session_id();
   spec.num_layers = r.num_layers();
   spec.num_kv_heads = r.num_kv_heads();
@@ -59,6 +61,7 @@ void ToWire(const KvSessionInfo& info, v1::SessionInfo* out) {
   out->set_max_tokens(info.spec.max_tokens);
   for (int64_t t : info.layer_tokens) out->add_layer_tokens(t);
   out->set_cache_bytes(info.cache_bytes);
+  out->set_owner(info.spec.owner);
 }
 
 SessionServiceImpl::SessionServiceImpl(CallDispatcher* dispatcher, KvCacheStore* store,
@@ -72,9 +75,9 @@ grpc::ServerUnaryReactor* SessionServiceImpl::InfoCall(Rpc rpc, grpc::CallbackSe
   Request request;
   v1::SessionInfo answer;
   const Status parsed = ParseRequest(*req, &request);
-  return ServeGrpcSimple(dispatcher_, rpc, ctx, &answer, [&] {
+  return ServeGrpcAs(dispatcher_, rpc, ctx, &answer, [&](const Principal& who) {
     ATTN_RETURN_IF_ERROR(parsed);
-    ATTN_ASSIGN_OR_RETURN(KvSessionInfo info, op(request));
+    ATTN_ASSIGN_OR_RETURN(KvSessionInfo info, op(who.name, request));
     ToWire(info, &answer);
     return SerializeInto(answer, resp);
   });
@@ -85,23 +88,27 @@ grpc::ServerUnaryReactor* SessionServiceImpl::CreateSession(grpc::CallbackServer
                                                             grpc::ByteBuffer* resp) {
   return InfoCall<v1::CreateSessionRequest>(
       Rpc::kCreateSession, ctx, req, resp,
-      [this](const v1::CreateSessionRequest& r) { return CreateFromWire(r, store_); });
+      [this](const std::string& owner, const v1::CreateSessionRequest& r) {
+        return CreateFromWire(r, owner, store_);
+      });
 }
 
 grpc::ServerUnaryReactor* SessionServiceImpl::GetSession(grpc::CallbackServerContext* ctx,
                                                          const grpc::ByteBuffer* req,
                                                          grpc::ByteBuffer* resp) {
-  return InfoCall<v1::SessionRef>(
-      Rpc::kGetSession, ctx, req, resp,
-      [this](const v1::SessionRef& r) { return store_->Get(r.session_id()); });
+  return InfoCall<v1::SessionRef>(Rpc::kGetSession, ctx, req, resp,
+                                  [this](const std::string& owner, const v1::SessionRef& r) {
+                                    return store_->Get(owner, r.session_id());
+                                  });
 }
 
 grpc::ServerUnaryReactor* SessionServiceImpl::ForkSession(grpc::CallbackServerContext* ctx,
                                                           const grpc::ByteBuffer* req,
                                                           grpc::ByteBuffer* resp) {
   return InfoCall<v1::ForkSessionRequest>(
-      Rpc::kForkSession, ctx, req, resp, [this](const v1::ForkSessionRequest& r) {
-        auto info = store_->Fork(r.session_id(), r.new_session_id());
+      Rpc::kForkSession, ctx, req, resp,
+      [this](const std::string& owner, const v1::ForkSessionRequest& r) {
+        auto info = store_->Fork(owner, r.session_id(), r.new_session_id());
         if (info.ok() && metrics_ != nullptr) metrics_->RecordFork();
         return info;
       });
@@ -111,8 +118,9 @@ grpc::ServerUnaryReactor* SessionServiceImpl::TruncateSession(grpc::CallbackServ
                                                               const grpc::ByteBuffer* req,
                                                               grpc::ByteBuffer* resp) {
   return InfoCall<v1::TruncateSessionRequest>(
-      Rpc::kTruncateSession, ctx, req, resp, [this](const v1::TruncateSessionRequest& r) {
-        auto info = store_->Truncate(r.session_id(), r.tokens());
+      Rpc::kTruncateSession, ctx, req, resp,
+      [this](const std::string& owner, const v1::TruncateSessionRequest& r) {
+        auto info = store_->Truncate(owner, r.session_id(), r.tokens());
         if (info.ok() && metrics_ != nullptr) metrics_->RecordTruncate();
         return info;
       });
@@ -121,9 +129,10 @@ grpc::ServerUnaryReactor* SessionServiceImpl::TruncateSession(grpc::CallbackServ
 grpc::ServerUnaryReactor* SessionServiceImpl::DeleteSession(grpc::CallbackServerContext* ctx,
                                                             const grpc::ByteBuffer* req,
                                                             grpc::ByteBuffer* resp) {
-  return InfoCall<v1::SessionRef>(
-      Rpc::kDeleteSession, ctx, req, resp,
-      [this](const v1::SessionRef& r) { return store_->Delete(r.session_id()); });
+  return InfoCall<v1::SessionRef>(Rpc::kDeleteSession, ctx, req, resp,
+                                  [this](const std::string& owner, const v1::SessionRef& r) {
+                                    return store_->Delete(owner, r.session_id());
+                                  });
 }
 
 grpc::ServerUnaryReactor* SessionServiceImpl::ListSessions(grpc::CallbackServerContext* ctx,
@@ -132,11 +141,15 @@ grpc::ServerUnaryReactor* SessionServiceImpl::ListSessions(grpc::CallbackServerC
   v1::ListSessionsRequest request;
   v1::ListSessionsResponse answer;
   const Status parsed = ParseRequest(*req, &request);
-  return ServeGrpcSimple(dispatcher_, Rpc::kListSessions, ctx, &answer, [&] {
+  return ServeGrpcAs(dispatcher_, Rpc::kListSessions, ctx, &answer, [&](const Principal& who) {
     ATTN_RETURN_IF_ERROR(parsed);
-    for (const KvSessionInfo& info : store_->List()) ToWire(info, answer.add_sessions());
+    // The caller's own sessions only; the pool's totals are the server's.
+    for (const KvSessionInfo& info : store_->List(who.name)) ToWire(info, answer.add_sessions());
     answer.set_cache_bytes_used(store_->bytes_used());
     answer.set_cache_bytes_limit(store_->bytes_limit());
+    const KvOwnerUsage mine = store_->OwnerUsage(who.name);
+    answer.set_owner_bytes_used(mine.bytes_used);
+    answer.set_owner_bytes_limit(mine.bytes_limit);
     return SerializeInto(answer, resp);
   });
 }

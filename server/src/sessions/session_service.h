@@ -60,9 +60,10 @@ class SessionServiceImpl final : public RawSessionService {
   SessionMetrics* const metrics_;
 };
 
-// CreateSession's request into the store (the cache_dtype checked here).
+// CreateSession's request into the store, as `owner`'s session (the
+// cache_dtype checked here).
 StatusOr<KvSessionInfo> CreateFromWire(const attention::v1::CreateSessionRequest& r,
-                                       KvCacheStore* store);
+                                       const std::string& owner, KvCacheStore* store);
 
 // core's session info as the wire's.
 void ToWire(const KvSessionInfo& info, attention::v1::SessionInfo* out);

@@ -31,7 +31,7 @@ ec="-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes"
 
 token1=secret-one-$RANDOM$RANDOM
 token2=secret-two-$RANDOM$RANDOM
-printf '# callers\n%s\n' "$token1" >"$dir/tokens"
+printf '# callers\nteam-cli %s\n' "$token1" >"$dir/tokens"
 printf '%s\n' "$token1" >"$dir/token1"
 printf '%s\n' "$token2" >"$dir/token2"
 
@@ -85,14 +85,26 @@ grep -q '"tls": true' "$dir/bench.json" || fail "bench JSON lacks tls: true"
 grep -q '"token": true' "$dir/bench.json" || fail "bench JSON lacks token: true"
 ! grep -q "$token1" "$dir/bench.json" "$dir/bench.txt" || fail "the token is in the bench report"
 
-# SIGHUP: token2 replaces token1.
-printf '%s\n' "$token2" >"$dir/tokens"
+# Sessions are their principal's: the CLI shows each one's owner and the
+# caller's own bytes beside the pool's.
+"$client" session create "${tls[@]}" --token-file "$dir/token1" --session-id cli-owned \
+  --num-layers 1 --num-kv-heads 1 --head-dim 8 >"$dir/session.txt" || fail "session create"
+grep -q "^cli-owned .* owner=team-cli$" "$dir/session.txt" || fail "no owner: $(cat "$dir/session.txt")"
+out=$("$client" session list "${tls[@]}" --token-file "$dir/token1")
+grep -qE "^1 sessions; yours 0 of [0-9]+ bytes used; pool 0 of [0-9]+ bytes used$" <<<"$out" || fail "session list: $out"
+grep -q "owner=team-cli" <<<"$out" || fail "session list lacks the owner: $out"
+grep -q 'rpc=CreateSession protocol=attention.v1 model=- principal="team-cli"' "$dir/server.log" || fail "no principal on the access line"
+
+# SIGHUP: team-cli's token rotates, token2 replaces token1.
+printf 'team-cli %s\n' "$token2" >"$dir/tokens"
 kill -HUP "$pid"
 for _ in $(seq 1 50); do grep -q "reloaded --auth-token-file: 1 tokens" "$dir/server.log" && break; sleep 0.1; done
 grep -q "reloaded --auth-token-file: 1 tokens" "$dir/server.log" || fail "no reload line"
 kill -0 "$pid" || fail "SIGHUP stopped the server"
 "$client" models "${tls[@]}" --token-file "$dir/token1" >/dev/null 2>&1 && fail "the old token still works"
 "$client" models "${tls[@]}" --token-file "$dir/token2" >/dev/null || fail "the new token is refused"
+out=$("$client" session list "${tls[@]}" --token-file "$dir/token2")
+grep -q "^cli-owned .* owner=team-cli$" <<<"$out" || fail "the rotated principal lost its session: $out"
 
 # /metrics counts the refusals; the tokens appear nowhere.
 metrics=$(/usr/bin/python3 -c "import urllib.request,sys; print(urllib.request.urlopen('http://127.0.0.1:$metrics_port/metrics', timeout=5).read().decode())")

@@ -171,6 +171,12 @@ test('Node client end to end', async (t) => {
       assert.deepStrictEqual((await s.info()).layer_tokens, [9]);
       const listed = await client.listSessions();
       assert.ok(listed.sessions.some((x) => x.session_id === 'node-2'));
+      // Without tokens every caller is the anonymous principal (owner ''),
+      // whose bytes are the pool's and whose quota is the pool's limit.
+      assert.ok(listed.sessions.every((x) => x.owner === ''));
+      assert.strictEqual(listed.owner_bytes_used, listed.cache_bytes_used);
+      assert.ok(listed.owner_bytes_used > 0);
+      assert.strictEqual(listed.owner_bytes_limit, listed.cache_bytes_limit);
       await s.delete();
       await child.delete();
       await assert.rejects(client.session('node-1').info(), (err) => {

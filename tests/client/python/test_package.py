@@ -588,6 +588,38 @@ def test_list_sessions_is_typed(client):
             listed["nope"]
 
 
+def test_sessions_belong_to_their_principal():
+    """Two named tokens: each sees its own sessions (SessionInfo.owner), its
+    own bytes and quota in list_sessions(), and NotFound for the other's."""
+    with tempfile.TemporaryDirectory() as d:
+        tokens = os.path.join(d, "tokens")
+        with open(tokens, "w") as f:
+            f.write("team-a tok-a-py\nteam-b tok-b-py\n")
+        proc, port = start("--auth-token-file", tokens, "--kv-cache-mb-per-principal", "2")
+        try:
+            target = f"127.0.0.1:{port}"
+            with AttentionClient(target, token="tok-a-py") as a, \
+                    AttentionClient(target, token="tok-b-py") as b:
+                s = a.create_session(1, 1, 8, session_id="py-owned")
+                s.extend(0, None, np.ones((1, 3, 8), np.float32), np.ones((1, 3, 8), np.float32))
+                assert s.info().owner == "team-a"
+                mine, theirs = a.list_sessions(), b.list_sessions()
+                assert [i.session_id for i in mine] == ["py-owned"]
+                assert mine.sessions[0].owner == "team-a"
+                assert 0 < mine.owner_bytes_used == mine.cache_bytes_used
+                assert mine.owner_bytes_limit == 2 << 20 < mine.cache_bytes_limit
+                assert len(theirs) == 0 and theirs.owner_bytes_used == 0
+                with pytest.raises(ac.NotFound):
+                    b.session("py-owned").info()
+                with pytest.raises(ac.NotFound):
+                    b.session("py-owned").delete()
+                assert s.info().layer_tokens == [3]
+                assert "owner='team-a'" in repr(s.info())
+        finally:
+            proc.terminate()
+            proc.wait(timeout=15)
+
+
 def test_session_fork_truncate_and_options(client):
     hq, hkv, d = 4, 2, 16
     r = np.random.default_rng(5)

@@ -137,7 +137,7 @@ TEST_P(KvTypes, DecodeAfterPrefillEqualsOneShotAttention) {
   for (int step = 0; step < 40; ++step) {
     ExtendAndCheck(store, 1, {&t}, {MakeStep(t, 1, 1, rng)}, {});
   }
-  auto info = store.Get(t.id);
+  auto info = store.Get("", t.id);
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->layer_tokens, (std::vector<int64_t>{0, 140}));
   // 140 tokens in pages of tpp per head, 2 heads; layer 0 holds none.
@@ -209,7 +209,7 @@ TEST(KvCache, MixedBatchOfDecodeChunkQueryOnlyAndFillOnly) {
                  {MakeStep(a, 1, 1, rng), MakeStep(b, 90, 90, rng), MakeStep(c, 3, 0, rng),
                   MakeStep(d, 0, 9, rng)},
                  sinks);
-  EXPECT_EQ(store.Get("d")->layer_tokens[0], 26);
+  EXPECT_EQ(store.Get("", "d")->layer_tokens[0], 26);
 }
 
 TEST(KvCache, ForkSharesPagesAndDivergesCopyOnWrite) {
@@ -219,7 +219,7 @@ TEST(KvCache, ForkSharesPagesAndDivergesCopyOnWrite) {
   for (int64_t layer : {0, 1})
     ExtendAndCheck(store, layer, {&parent}, {MakeStep(parent, 37, 37, rng)}, {});
   const int64_t used = store.bytes_used();
-  auto forked = store.Fork("parent", "child");
+  auto forked = store.Fork("", "parent", "child");
   ASSERT_TRUE(forked.ok()) << forked.status().ToString();
   EXPECT_EQ(store.bytes_used(), used) << "a fork allocates no page";
   EXPECT_EQ(forked->layer_tokens, (std::vector<int64_t>{37, 37}));
@@ -230,10 +230,10 @@ TEST(KvCache, ForkSharesPagesAndDivergesCopyOnWrite) {
   ExtendAndCheck(store, 0, {&parent}, {MakeStep(parent, 1, 0, rng)}, {});
   ExtendAndCheck(store, 0, {&child}, {MakeStep(child, 1, 0, rng)}, {});
   // The child outlives its parent, and its pages stay.
-  ASSERT_TRUE(store.Delete("parent").ok());
+  ASSERT_TRUE(store.Delete("", "parent").ok());
   for (int i = 0; i < 20; ++i) ExtendAndCheck(store, 1, {&child}, {MakeStep(child, 1, 1, rng)}, {});
   ExtendAndCheck(store, 0, {&child}, {MakeStep(child, 2, 0, rng)}, {});
-  ASSERT_TRUE(store.Delete("child").ok());
+  ASSERT_TRUE(store.Delete("", "child").ok());
   EXPECT_EQ(store.bytes_used(), 0) << "every page back once nobody holds it";
 }
 
@@ -260,13 +260,13 @@ TEST(KvCache, ForkOfALongSessionAllocatesNoPage) {
               TensorView::Dense(kv.data(), {8, chunk, 128})};
     ASSERT_TRUE(store.Extend(0, {st}, {}).ok());
   }
-  auto info = store.Get("long");
+  auto info = store.Get("", "long");
   ASSERT_TRUE(info.ok());
   const int64_t raw = int64_t{32768} * 8 * 256 * 2;
   EXPECT_EQ(info->tokens_per_page, 64);
   EXPECT_EQ(info->cache_bytes, raw) << "32768 tokens fill whole pages of 64";
   const int64_t used = store.bytes_used();
-  ASSERT_TRUE(store.Fork("long", "beam").ok());
+  ASSERT_TRUE(store.Fork("", "long", "beam").ok());
   EXPECT_EQ(store.bytes_used(), used) << "the fork allocated a page";
   // One token into the child: its last pages are full, so new ones (one a
   // head), nothing copied; and the parent's bytes stay where they were.
@@ -275,7 +275,7 @@ TEST(KvCache, ForkOfALongSessionAllocatesNoPage) {
             TensorView::Dense(one.data(), {8, 1, 128}), TensorView::Dense(one.data(), {8, 1, 128})};
   ASSERT_TRUE(store.Extend(0, {st}, {}).ok());
   EXPECT_EQ(store.bytes_used(), used + 8 * o.page_bytes);
-  EXPECT_EQ(store.Get("long")->cache_bytes, raw);
+  EXPECT_EQ(store.Get("", "long")->cache_bytes, raw);
 }
 
 TEST(KvCache, TruncateThenExtend) {
@@ -285,17 +285,17 @@ TEST(KvCache, TruncateThenExtend) {
   ExtendAndCheck(store, 0, {&t}, {MakeStep(t, 50, 50, rng)}, {});
   ExtendAndCheck(store, 1, {&t}, {MakeStep(t, 20, 20, rng)}, {});
   const int64_t before = store.bytes_used();
-  auto info = store.Truncate(t.id, 30);  // layer 0: 50 -> 30; layer 1 keeps 20
+  auto info = store.Truncate("", t.id, 30);  // layer 0: 50 -> 30; layer 1 keeps 20
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->layer_tokens, (std::vector<int64_t>{30, 20}));
   EXPECT_LT(store.bytes_used(), before);
   t.replay.Truncate(30);
   for (int i = 0; i < 5; ++i) ExtendAndCheck(store, 0, {&t}, {MakeStep(t, 3, 3, rng)}, {});
   ExtendAndCheck(store, 1, {&t}, {MakeStep(t, 1, 1, rng)}, {});
-  ASSERT_TRUE(store.Truncate(t.id, 0).ok());
+  ASSERT_TRUE(store.Truncate("", t.id, 0).ok());
   t.replay.Truncate(0);
   ExtendAndCheck(store, 0, {&t}, {MakeStep(t, 2, 2, rng)}, {});
-  attn_test::ExpectStatus(store.Truncate(t.id, -1).status(), StatusCode::kInvalidArgument,
+  attn_test::ExpectStatus(store.Truncate("", t.id, -1).status(), StatusCode::kInvalidArgument,
                           "tokens: must be >= 0");
 }
 
@@ -361,9 +361,9 @@ TEST(KvCache, ErrorsNameTheSessionStepAndNumbers) {
   spec.head_dim = 8;
   attn_test::ExpectStatus(store.Create(spec).status(), StatusCode::kAlreadyExists,
                           "session 'err' already exists");
-  attn_test::ExpectStatus(store.Fork("err", "err").status(), StatusCode::kAlreadyExists,
+  attn_test::ExpectStatus(store.Fork("", "err", "err").status(), StatusCode::kAlreadyExists,
                           "already exists");
-  attn_test::ExpectStatus(store.Fork("gone", "x").status(), StatusCode::kNotFound,
+  attn_test::ExpectStatus(store.Fork("", "gone", "x").status(), StatusCode::kNotFound,
                           "session 'gone' not found");
   spec.session_id = "bad id!";
   attn_test::ExpectStatus(store.Create(spec).status(), StatusCode::kInvalidArgument,
@@ -379,9 +379,9 @@ TEST(KvCache, ErrorsNameTheSessionStepAndNumbers) {
   spec.max_tokens = 5000;
   attn_test::ExpectStatus(store.Create(spec).status(), StatusCode::kInvalidArgument,
                           "max_tokens: must be in [0, 4096]");
-  attn_test::ExpectStatus(store.Delete("gone").status(), StatusCode::kNotFound,
+  attn_test::ExpectStatus(store.Delete("", "gone").status(), StatusCode::kNotFound,
                           "delete: session 'gone'");
-  attn_test::ExpectStatus(store.Get("gone").status(), StatusCode::kNotFound,
+  attn_test::ExpectStatus(store.Get("", "gone").status(), StatusCode::kNotFound,
                           "lost in a server restart");
 }
 
@@ -392,7 +392,7 @@ TEST(KvCache, FailedOrCancelledExtendChangesNoSession) {
   Tracked a = Open(store, "a", 1, 2, 2, 8, 8, CacheType::kFloat32);
   Tracked b = Open(store, "b", 1, 2, 2, 8, 8, CacheType::kFloat32);
   ExtendAndCheck(store, 0, {&a, &b}, {MakeStep(a, 15, 15, rng), MakeStep(b, 10, 10, rng)}, {});
-  ASSERT_TRUE(store.Fork("a", "a2").ok());  // a's last page is shared: a write would copy it
+  ASSERT_TRUE(store.Fork("", "a", "a2").ok());  // a's last page is shared: a write would copy it
   const int64_t used = store.bytes_used();
   KvSessionSpec small;
   small.session_id = "tiny";
@@ -405,7 +405,7 @@ TEST(KvCache, FailedOrCancelledExtendChangesNoSession) {
   auto r = store.Extend(0, {ViewStep(a, sa), ViewStep(tiny, st)}, {});
   attn_test::ExpectStatus(r.status(), StatusCode::kResourceExhausted,
                           "would pass its max_tokens (3)");
-  EXPECT_EQ(store.Get("a")->layer_tokens[0], 15);
+  EXPECT_EQ(store.Get("", "a")->layer_tokens[0], 15);
   EXPECT_EQ(store.bytes_used(), used);
   std::atomic<bool> cancelled{true};
   KvExtendOptions o;
@@ -413,8 +413,8 @@ TEST(KvCache, FailedOrCancelledExtendChangesNoSession) {
   StepData big = MakeStep(a, 80, 40, rng), one = MakeStep(b, 1, 1, rng);
   r = store.Extend(0, {ViewStep(a, big), ViewStep(b, one)}, o);
   attn_test::ExpectStatus(r.status(), StatusCode::kCancelled, "cancelled");
-  EXPECT_EQ(store.Get("a")->layer_tokens[0], 15);
-  EXPECT_EQ(store.Get("b")->layer_tokens[0], 10);
+  EXPECT_EQ(store.Get("", "a")->layer_tokens[0], 15);
+  EXPECT_EQ(store.Get("", "b")->layer_tokens[0], 10);
   EXPECT_EQ(store.bytes_used(), used);
   // And the sessions go on as if nothing happened.
   ExtendAndCheck(store, 0, {&a, &b}, {MakeStep(a, 2, 2, rng), MakeStep(b, 1, 1, rng)}, {});
@@ -431,7 +431,7 @@ TEST(KvCache, FullPoolRefusesThenRecoversAfterDelete) {
   attn_test::ExpectStatus(r.status(), StatusCode::kResourceExhausted, "6144 of 8192 bytes used");
   EXPECT_EQ(store.bytes_used(), 6 * kSmallPage);
   EXPECT_LE(store.bytes_used(), store.bytes_limit());
-  ASSERT_TRUE(store.Delete("a").ok());
+  ASSERT_TRUE(store.Delete("", "a").ok());
   EXPECT_EQ(store.bytes_used(), 0);
   ExtendAndCheck(store, 0, {&b}, {big}, {});
 }
@@ -441,12 +441,12 @@ TEST(KvCache, IdleSessionsExpireAndFreeTheirPages) {
   std::mt19937 rng(8);
   Tracked a = Open(store, "a", 1, 2, 2, 8, 8, CacheType::kFloat32);
   ExtendAndCheck(store, 0, {&a}, {MakeStep(a, 30, 30, rng)}, {});
-  EXPECT_EQ(store.ExpireIdle(std::chrono::hours(1)), 0);
+  EXPECT_EQ(store.ExpireIdle(std::chrono::hours(1)).size(), 0u);
   EXPECT_GT(store.bytes_used(), 0);
-  EXPECT_EQ(store.ExpireIdle(std::chrono::seconds(0)), 1);
+  EXPECT_EQ(store.ExpireIdle(std::chrono::seconds(0)).size(), 1u);
   EXPECT_EQ(store.bytes_used(), 0);
   EXPECT_EQ(store.num_sessions(), 0);
-  attn_test::ExpectStatus(store.Get("a").status(), StatusCode::kNotFound, "may have expired");
+  attn_test::ExpectStatus(store.Get("", "a").status(), StatusCode::kNotFound, "may have expired");
 }
 
 TEST(KvCache, TwelveThreadsWithTheirOwnSessions) {
@@ -471,7 +471,7 @@ TEST(KvCache, TwelveThreadsWithTheirOwnSessions) {
         const auto want = s.replay.Expected(0, d.q, s.hq, d.n, {});
         if (!attn_test::AllClose(r->results[0].output.data.data(), want.out, 1e-5, 1.0)) ++failures;
       }
-      if (!store.Delete(s.id).ok()) ++failures;
+      if (!store.Delete("", s.id).ok()) ++failures;
     });
   }
   for (auto& th : threads) th.join();
@@ -493,7 +493,7 @@ TEST(KvCache, ConcurrentExtendOnOneLayerIsBusy) {
   std::mt19937 rng(1);
   bool seen = false;
   for (int attempt = 0; attempt < 5 && !seen; ++attempt) {
-    ASSERT_TRUE(store.Truncate("busy", 0).ok());
+    ASSERT_TRUE(store.Truncate("", "busy", 0).ok());
     const int64_t n = 2048;
     std::vector<float> q = attn_test::Normal(8 * n * 64, rng),
                        k = attn_test::Normal(8 * n * 64, rng);
@@ -508,7 +508,7 @@ TEST(KvCache, ConcurrentExtendOnOneLayerIsBusy) {
     std::vector<float> q1(8 * 64, 0.1f);
     KvStep one{"busy", TensorView::Dense(q1.data(), {8, 1, 64}), std::nullopt, std::nullopt};
     const Status second = store.Extend(0, {one}, {}).status();
-    const Status trunc = store.Truncate("busy", 0).status();
+    const Status trunc = store.Truncate("", "busy", 0).status();
     const bool still_running = !done;
     first.join();
     if (still_running) {
