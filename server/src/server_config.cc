@@ -208,6 +208,11 @@ const std::map<std::string, Flag>& Flags() {
         "result and intermediate buffers of one request, MiB (default 2048)",
         Int(1, 1LL << 30,
             [](C* c, long long x) { c->limits.max_request_memory_bytes = x << 20; })}},
+      {"--max-extend-steps",
+       {"ATTN_MAX_EXTEND_STEPS",
+        "session steps in one Extend, counted in the request's bytes before any is parsed "
+        "(default 1024)",
+        Int(1, 1LL << 20, [](C* c, long long x) { c->limits.max_extend_steps = x; })}},
       {"--compute-precision",
        {"ATTN_COMPUTE_PRECISION",
         "auto, float32 or bfloat16: the arithmetic of calls that do not choose; auto is bfloat16 "

@@ -276,7 +276,7 @@ int main(int argc, char** argv) {
     attention::v1::ExtendRequest cow;
     cow.set_causal(true);
     auto* c = cow.add_steps();
-    c->set_session_id("c");
+    c->set_session_id("a:c");
     *c->mutable_key() = T({2, 20, 8});
     *c->mutable_value() = T({2, 20, 8});
     Write("session_extend_fork_copy_on_write", static_cast<char>(255), cow);
@@ -289,7 +289,7 @@ int main(int argc, char** argv) {
     Write("session_create", static_cast<char>(251), cr);
     attention::v1::ForkSessionRequest f;
     f.set_session_id("b");
-    f.set_new_session_id("b2");
+    f.set_new_session_id("b:2");
     Write("session_fork", static_cast<char>(252), f);
     attention::v1::TruncateSessionRequest t;
     t.set_session_id("a");

@@ -9,10 +9,10 @@
 // HTTP infer body (byte 1: bit 0 picks the model, bit 1 the binary
 // extension, whose JSON then ends at the first NUL byte) (byte 0 modulo 5,
 // below 250). 250-255: SessionService, against a fresh small KV-cache store
-// holding sessions "a", "b" and "c" (a fork of "a"): 250 an ExtendRequest,
+// holding sessions "a", "b" and "a:c" (a fork of "a"): 250 an ExtendRequest,
 // 251 CreateSessionRequest, 252 ForkSessionRequest, 253
 // TruncateSessionRequest, 254 DeleteSession's SessionRef, 255 an
-// ExtendRequest again ("c" shares "a"'s partly filled last page of layer 0,
+// ExtendRequest again ("a:c" shares "a"'s partly filled last page of layer 0,
 // so a write there copies it first). The
 // limits are small, so that a valid request is cheap; the demo models are
 // served.
@@ -211,7 +211,7 @@ std::vector<std::vector<int64_t>> SessionState(attn::KvCacheStore& store, const 
 
 // A fresh store where each owner has "a" (2 layers, 2 kv heads, D 8,
 // float32, 20 tokens in layer 0), "b" (1 layer, 1 head, D 4, Dv 6,
-// bfloat16, 5 tokens) and "c", a fork of "a"; bob's hold other values, and
+// bfloat16, 5 tokens) and "a:c", a fork of "a"; bob's hold other values, and
 // bob also has "bob-only".
 std::unique_ptr<attn::KvCacheStore> SessionStore() {
   attn::KvStoreOptions o;
@@ -239,7 +239,7 @@ std::unique_ptr<attn::KvCacheStore> SessionStore() {
     const float fill = owner == kOwners[0] ? 0.25f : -0.5f;
     make(owner, "a", 2, 2, 8, 8, attn::CacheType::kFloat32, 20, fill);
     make(owner, "b", 1, 1, 4, 6, attn::CacheType::kBFloat16, 5, fill);
-    if (!store->Fork(owner, "a", "c").ok()) Die("session setup", attn::Status::Internal("fork"));
+    if (!store->Fork(owner, "a", "a:c").ok()) Die("session setup", attn::Status::Internal("fork"));
   }
   make(kOwners[1], "bob-only", 1, 1, 4, 4, attn::CacheType::kFloat32, 3, 1.0f);
   return store;

@@ -231,16 +231,16 @@ TEST_F(SessionRpc, ForkCopiesNoPageAndDiverges) {
   Remote p = Open("parent", 1, 4, 2, 32, 32, v1::DATA_TYPE_BFLOAT16);
   ExtendAndCheck(0, {&p}, {MakeStep(p, 300, 300, rng)});
   const int64_t used = PoolUsed();
-  auto child = sessions_->Fork("parent", "child");
+  auto child = sessions_->Fork("parent", "parent:child");
   ASSERT_TRUE(child.ok()) << child.status().ToString();
   EXPECT_EQ(PoolUsed(), used) << "a fork allocates no K/V page";
   EXPECT_EQ(child->cache_bytes(), sessions_->Get("parent")->cache_bytes())
       << "shared pages count in both";
-  Remote c{"child", 4, p.replay};
+  Remote c{"parent:child", 4, p.replay};
   ExtendAndCheck(0, {&p, &c}, {MakeStep(p, 1, 1, rng), MakeStep(c, 3, 3, rng)});
   ASSERT_TRUE(sessions_->Delete("parent").ok());
   ExtendAndCheck(0, {&c}, {MakeStep(c, 1, 1, rng)});
-  auto t = sessions_->Truncate("child", 100);
+  auto t = sessions_->Truncate("parent:child", 100);
   ASSERT_TRUE(t.ok());
   EXPECT_EQ(t->layer_tokens(0), 100);
   c.replay.Truncate(100);
@@ -451,6 +451,81 @@ TEST_F(SessionRpc, TwelveThreadsWithTheirOwnSessions) {
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(bad.load(), 0);
+}
+
+}  // namespace
+
+namespace {
+
+// Exactly-once over RPC: a step sent twice with expected_tokens is appended
+// once, the retry answered the same and marked replayed; a step at the
+// wrong place is FAILED_PRECONDITION and changes nothing.
+TEST_F(SessionRpc, ARetriedStepWithExpectedTokensIsAReplay) {
+  std::mt19937 rng(31);
+  Remote r = Open("retry", 1, 4, 2, 16, 16);
+  auto send = [&](const Step& s, int64_t expected) {
+    v1::ExtendRequest req;
+    req.set_causal(true);
+    AddStep(r, s, &req);
+    req.mutable_steps(0)->set_expected_tokens(expected);
+    return sessions_->Extend(req, std::chrono::seconds(30));
+  };
+  const Step prefill = MakeStep(r, 30, 30, rng);
+  auto first = send(prefill, 0);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_EQ(first->replayed_size(), 1);
+  EXPECT_FALSE(first->replayed(0));
+  auto again = send(prefill, 0);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(again->replayed(0));
+  EXPECT_EQ(sessions_->Get("retry")->layer_tokens(0), 30) << "appended once";
+  r.replay.Append(0, prefill.k, prefill.v, 30);
+  const auto want = r.replay.Expected(0, prefill.q, r.hq, 30, {});
+  attn_test::ExpectMatches(want, Floats(again->results(0).output()).data(), nullptr);
+  const Step decode = MakeStep(r, 1, 1, rng);
+  ASSERT_TRUE(send(decode, 30).ok());
+  auto retry = send(decode, 30);
+  ASSERT_TRUE(retry.ok());
+  EXPECT_TRUE(retry->replayed(0)) << "a decode retry too";
+  attn_test::ExpectStatus(send(decode, 40).status(), StatusCode::kFailedPrecondition,
+                          "layer 0 holds 31 tokens, expected_tokens 40");
+  EXPECT_EQ(sessions_->Get("retry")->layer_tokens(0), 31);
+}
+
+// Every call checks its ids: control characters, spaces, empty and
+// oversized ids are INVALID_ARGUMENT, and the message holds no raw control
+// character.
+TEST_F(SessionRpc, BadIdsAreRefusedOnEveryCall) {
+  ASSERT_TRUE(sessions_->Create(Spec("good", 1, 1, 4, 4)).ok());
+  for (const std::string& bad :
+       {std::string("a\nrpc=Forged"), std::string("nul\0id", 6), std::string("has space"),
+        std::string(""), std::string(10000, 'x')}) {
+    SCOPED_TRACE(bad.substr(0, 20));
+    v1::ExtendRequest req;
+    req.add_steps()->set_session_id(bad);
+    std::vector<attn::Status> got = {
+        sessions_->Get(bad).status(),
+        sessions_->Truncate(bad, 0).status(),
+        sessions_->Delete(bad).status(),
+        sessions_->Fork(bad, "").status(),
+        bad.empty() ? sessions_->Get(bad).status() : sessions_->Fork("good", bad).status(),
+        sessions_->Extend(req).status()};
+    for (const attn::Status& st : got) {
+      EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+      EXPECT_NE(st.message().find("must match [A-Za-z0-9._:-]{1,128}"), std::string::npos)
+          << st.message();
+      for (char c : st.message()) EXPECT_FALSE(c >= 0 && c < 0x20) << "a raw control character";
+      EXPECT_LT(st.message().size(), 400u);
+    }
+  }
+  // (An empty new_session_id is allowed: the server names the fork.)
+  // A fork's id stays in its parent's family (the id before its first ':').
+  auto child = sessions_->Fork("good", "");
+  ASSERT_TRUE(child.ok());
+  EXPECT_EQ(child->session_id().rfind("good:", 0), 0u) << child->session_id();
+  attn_test::ExpectStatus(sessions_->Fork("good", "other:x").status(), StatusCode::kInvalidArgument,
+                          "a fork is in its parent's family");
+  EXPECT_TRUE(sessions_->Fork("good", "good:beam-2").ok());
 }
 
 }  // namespace

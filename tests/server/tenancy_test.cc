@@ -164,7 +164,7 @@ TEST_F(Tenancy, AnotherPrincipalsSessionDoesNotExistForAnyCall) {
       expect(x.Extend(Step(probe, 0, 4, 0)).status(), step);        // read: query only
       expect(x.Extend(Step(probe, 1, 0, 3)).status(), step);        // write: keys only
       expect(x.Extend(Step(probe, 0, 1, 1, 7.0f)).status(), step);  // both
-      expect(x.Fork(probe, "stolen").status(), "fork: ");
+      expect(x.Fork(probe, probe + ":stolen").status(), "fork: ");
       expect(x.Fork(probe, "").status(), "fork: ");
       expect(x.Truncate(probe, 0).status(), "truncate: ");
       expect(x.Delete(probe).status(), "delete: ");
@@ -174,7 +174,9 @@ TEST_F(Tenancy, AnotherPrincipalsSessionDoesNotExistForAnyCall) {
     EXPECT_EQ(list->sessions_size(), 0) << "another principal's sessions are not listed";
     EXPECT_EQ(list->owner_bytes_used(), 0);
     EXPECT_GT(list->cache_bytes_used(), 0) << "the pool's own total stays the server's";
-    EXPECT_EQ(x.Get("stolen").status().code(), StatusCode::kNotFound) << "no fork was made";
+    for (const std::string& id : victims) {
+      EXPECT_EQ(x.Get(id + ":stolen").status().code(), StatusCode::kNotFound) << "no fork was made";
+    }
   }
   for (size_t i = 0; i < victims.size(); ++i) {
     EXPECT_EQ(Snapshot(a, victims[i]), before[i]) << victims[i] << " changed";
@@ -208,7 +210,7 @@ TEST_F(Tenancy, TheSameIdUnderTwoPrincipalsIsTwoSessions) {
   EXPECT_EQ(b.Get("s1")->layer_tokens(0), 3) << "b's s1 outlives a's";
   EXPECT_EQ(a.Get("s1").status().code(), StatusCode::kNotFound);
   // A fork belongs to the caller and is made from the caller's own session.
-  auto child = b.Fork("s1", "s1-child");
+  auto child = b.Fork("s1", "s1:child");
   ASSERT_TRUE(child.ok());
   EXPECT_EQ(child->owner(), "team-b");
   EXPECT_EQ(a.Get("s1-child").status().code(), StatusCode::kNotFound);
@@ -262,12 +264,12 @@ TEST_F(Tenancy, QuotasPerPrincipalLeaveTheOthersAlone) {
   EXPECT_EQ(b.List()->owner_bytes_used(), int64_t{1} << 20);
   // A fork shares its parent's pages: they count once for their owner.
   ASSERT_TRUE(a.Delete("a2").ok());
-  ASSERT_TRUE(a.Fork("a1", "a1-beam").ok());
+  ASSERT_TRUE(a.Fork("a1", "a1:beam").ok());
   EXPECT_EQ(a.List()->owner_bytes_used(), int64_t{1} << 20);
   // Freed sessions and bytes come back.
   ASSERT_TRUE(a.Delete("a1").ok());
   EXPECT_EQ(a.List()->owner_bytes_used(), int64_t{1} << 20) << "the fork still holds the pages";
-  ASSERT_TRUE(a.Delete("a1-beam").ok());
+  ASSERT_TRUE(a.Delete("a1:beam").ok());
   EXPECT_EQ(a.List()->owner_bytes_used(), 0);
   ASSERT_TRUE(a.Create(Spec("a3", 1, 2, 64)).ok());
   EXPECT_EQ(fill(a, "a3").first, 16) << "the whole quota again";

@@ -28,6 +28,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -45,6 +46,12 @@ enum class CacheType { kFloat32, kBFloat16, kFloat16 };
 const char* CacheTypeName(CacheType type);
 // Bytes per element: 4 or 2.
 int CacheTypeBytes(CacheType type);
+
+// A session id is [A-Za-z0-9._:-]{1,128}; its family, by which balancers
+// route it, is the part before its first ':' (all of it without one), and
+// a fork stays in its parent's family. Anything else: INVALID_ARGUMENT
+// naming `field`, the id shown with control and non-ASCII bytes as \xNN.
+Status CheckSessionId(const std::string& id, const std::string& field);
 
 struct KvSessionSpec {
   std::string owner;         // who creates it (opaque; "" the anonymous owner)
@@ -88,10 +95,21 @@ struct KvOwnerUsage {
 // append. query [Hq, n_q, D] with Hq a multiple of num_kv_heads, n_q >= 0;
 // key [num_kv_heads, n_kv, D] and value [num_kv_heads, n_kv, Dv], both or
 // neither (none: n_kv = 0). Views may be strided.
+//
+// expected_tokens (exactly-once steps): the layer's token count before this
+// step, as the caller last saw it. Equal to what the layer holds: the step
+// runs. The layer already holds at least expected + n_kv tokens and those at
+// [expected, expected + n_kv) are this step's keys and values as the cache
+// stores them (rounded to its type): a replay of a step that was applied;
+// nothing is appended, and the answer is computed over the first
+// expected + n_kv tokens, as the first time. Anything else:
+// FAILED_PRECONDITION, and the Extend changes nothing. Unset: appended
+// wherever the layer stands.
 struct KvStep {
   std::string session_id;
   TensorView query;
   std::optional<TensorView> key, value;
+  std::optional<int64_t> expected_tokens;
 };
 
 struct KvExtendOptions {
@@ -105,13 +123,29 @@ struct KvExtendOptions {
   // (checked against the steps that have queries); return_lse gives each
   // result an lse [Hq, n_q].
   AttentionScoreOptions score;
-  const std::atomic<bool>* cancelled = nullptr;  // polled; CANCELLED, nothing changed
-  int num_threads = 0;                           // 0 means ComputeThreads()
+  // Polled while computing, and checked once more right before the commit
+  // (with `deadline`): CANCELLED or DEADLINE_EXCEEDED, nothing changed. A
+  // caller can still lose an answer after the commit; expected_tokens makes
+  // its retry safe.
+  const std::atomic<bool>* cancelled = nullptr;
+  std::optional<std::chrono::system_clock::time_point> deadline;
+  int num_threads = 0;  // 0 means ComputeThreads()
+  // A prefill step (more query rows than the decode kernel takes at once)
+  // may widen its layer's keys and values into one float32 copy when that
+  // copy takes at most this many bytes (0: no limit); past it, the rows are
+  // attended in slices over the pages in place, and nothing grows with the
+  // cache (--max-request-memory-mb).
+  int64_t max_gather_bytes = 0;
+  // Tests only: called after the answers are computed, right before the
+  // last cancellation and deadline check and the commit.
+  std::function<void()> before_commit;
 };
 
-// Per step: output [Hq, n_q, Dv] (+ lse [Hq, n_q]).
+// Per step: output [Hq, n_q, Dv] (+ lse [Hq, n_q]), and whether the step
+// was a replay (nothing appended; see KvStep::expected_tokens).
 struct KvExtendResult {
   std::vector<AttentionResult> results;
+  std::vector<bool> replayed;
 };
 
 class KvCacheStore {

@@ -17,7 +17,7 @@ int ElemBytes(PageElem e) { return e == PageElem::kFloat32 ? 4 : 2; }
 
 // Keys [lo, hi) that query row t of `p` may see.
 void RowRange(const DecodeProblem& p, int64_t t, int64_t* lo, int64_t* hi) {
-  const int64_t pos = p.tokens - p.n + t;
+  const int64_t pos = p.Pos(t);
   int64_t begin = 0, end = p.causal ? std::min(p.tokens, pos + 1) : p.tokens;
   if (p.window_left >= 0) begin = std::max<int64_t>(0, pos - p.window_left);
   if (p.window_right >= 0 && p.window_right < p.tokens - pos) {
@@ -128,6 +128,11 @@ void RunTask(const DecodeKernels& kern, const Task& task, Scratch& sc) {
     const int64_t a = std::max(j0, lo_u), b = std::min({j0 + T, p.tokens, hi_u});
     if (b <= a) continue;
     const int64_t c = b - a;
+    // Every row sees every key of [a, b): one product for all rows.
+    bool whole_page = true;
+    for (int64_t t = 0; t < p.n && whole_page; ++t) {
+      whole_page = sc.lo[t] <= a && sc.hi[t] >= b;
+    }
     for (int64_t g = 0; g < p.hkv; ++g) {
       const uint8_t* base = p.pages[g * p.pages_per_head + pg];
       const uint8_t* kpage = base + (a - j0) * d * es;
@@ -154,16 +159,36 @@ void RunTask(const DecodeKernels& kern, const Task& task, Scratch& sc) {
       for (int64_t hh = 0; hh < group; ++hh) {
         for (int64_t t = 0; t < p.n; ++t) {
           const int64_t r = hh * p.n + t;
-          UpdateRow(kern, p, g * group + hh, p.tokens - p.n + t, sc.s.data() + r * T, a, c,
+          UpdateRow(kern, p, g * group + hh, p.Pos(t), sc.s.data() + r * T, a, c,
                     std::max(a, sc.lo[t]), std::min(b, sc.hi[t]), og + r * dv,
                     task.part.m + g * rows + r, task.part.l + g * rows + r);
         }
       }
-      if (fast) {
-        PvPage(p.elem, sc.s.data(), rows, T, vpage, c, dv, og, vnext);
+      if (whole_page) {
+        if (fast) {
+          PvPage(p.elem, sc.s.data(), rows, T, vpage, c, dv, og, vnext);
+        } else {
+          const float* vf = Widen(kern, p.elem, vpage, c * dv, &sc.v);
+          kern.pv(sc.s.data(), rows, T, vf, c, dv, og);
+        }
       } else {
-        const float* vf = Widen(kern, p.elem, vpage, c * dv, &sc.v);
-        kern.pv(sc.s.data(), rows, T, vf, c, dv, og);
+        // An edge page: each row reads only the values of its own keys, so
+        // an inf value outside a row's window never meets its 0 weight.
+        const float* vf = fast ? nullptr : Widen(kern, p.elem, vpage, c * dv, &sc.v);
+        for (int64_t hh = 0; hh < group; ++hh) {
+          for (int64_t t = 0; t < p.n; ++t) {
+            const int64_t r = hh * p.n + t;
+            const int64_t ra = std::max(a, sc.lo[t]), rb = std::min(b, sc.hi[t]);
+            if (rb <= ra) continue;
+            const float* srow = sc.s.data() + r * T + (ra - a);
+            if (fast) {
+              PvPage(p.elem, srow, 1, T, vpage + (ra - a) * dv * es, rb - ra, dv, og + r * dv,
+                     nullptr);
+            } else {
+              kern.pv(srow, 1, T, vf + (ra - a) * dv, rb - ra, dv, og + r * dv);
+            }
+          }
+        }
       }
     }
   }
@@ -178,10 +203,20 @@ void Finish(const DecodeProblem& p, int64_t g, const Task* slices, int64_t count
     for (int64_t t = 0; t < p.n; ++t) {
       const int64_t r = hh * p.n + t;
       float m = sink;
-      for (int64_t s = 0; s < count; ++s) m = std::max(m, slices[s].part.m[g * group * p.n + r]);
+      bool nan = false;  // a NaN score (a NaN query, say): the row is NaN, as in prefill
+      for (int64_t s = 0; s < count; ++s) {
+        const float ms = slices[s].part.m[g * group * p.n + r];
+        if (std::isnan(ms)) nan = true;
+        m = std::max(m, ms);
+      }
       float* out = p.out + (h * p.n + t) * dv;
+      if (nan) {
+        std::fill(out, out + dv, std::numeric_limits<float>::quiet_NaN());
+        if (p.lse != nullptr) p.lse[h * p.n + t] = std::numeric_limits<float>::quiet_NaN();
+        continue;
+      }
       std::fill(out, out + dv, 0.0f);
-      if (m == kNegInf || std::isnan(m)) {
+      if (m == kNegInf) {
         if (p.lse != nullptr) p.lse[h * p.n + t] = m;
         continue;
       }

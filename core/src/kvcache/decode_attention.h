@@ -36,7 +36,10 @@ struct DecodeProblem {
   float* out = nullptr;  // dense [Hq, n, Dv]
   float* lse = nullptr;  // dense [Hq, n], or null
   float scale = 1.0f;
-  // Query row t sits at position tokens - n + t.
+  // Query row t sits at position first_pos + t (-1: tokens - n, the last n
+  // positions; a slice of a longer step's rows sits earlier).
+  int64_t first_pos = -1;
+  int64_t Pos(int64_t t) const { return (first_pos >= 0 ? first_pos : tokens - n) + t; }
   bool causal = true;
   int64_t window_left = -1, window_right = -1;  // -1: unbounded
   float softcap = 0.0f;                         // 0: none

@@ -20,11 +20,17 @@ struct StepPlan {
   std::vector<PageId> replaced;      // shared pages copied before writing: released on commit
   std::vector<int64_t> cow_heads;    // kv heads whose shared last page is copied
   bool busy = false;                 // this call marked the layer busy
+  bool replay = false;               // a replay: nothing written or committed
   std::vector<float> slopes, sinks;  // per query head, when given
 };
 
+// Whether a step's keys and values equal the layer's tokens at
+// [at, at + n_kv) as the cache stores them (rounded to its type).
+bool StoredEquals(const StepPlan& p, const std::vector<PageId>& pages, int64_t at,
+                  const PagePool& pool);
+
 // Writes each step's keys and values into its pages (plan.table), rounded
-// to the cache's type.
+// to the cache's type (a replay's are already there).
 void WriteSteps(const std::vector<StepPlan>& plans, PagePool* pool);
 
 // Attends each step's queries over its layer's pages (plan.table, `after`

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <deque>
 
 #include "attn/half.h"
 #include "kvcache/decode_attention.h"
@@ -99,10 +100,41 @@ Status AttendGathered(const StepPlan& p, const KvExtendOptions& o, PagePool* poo
 
 }  // namespace
 
+bool StoredEquals(const StepPlan& p, const std::vector<PageId>& pages, int64_t at,
+                  const PagePool& pool) {
+  if (p.nkv == 0) return true;
+  const KvSession& s = *p.session;
+  const int64_t hkv = s.spec.num_kv_heads, d = s.spec.head_dim, dv = s.spec.value_dim;
+  const int64_t tpp = s.tokens_per_page, es = CacheTypeBytes(s.spec.cache_type);
+  const TensorView& k = *p.step->key;
+  const TensorView& v = *p.step->value;
+  std::vector<float> tmp;
+  std::vector<uint8_t> row(static_cast<size_t>(std::max(d, dv) * es));
+  for (int64_t g = 0; g < hkv; ++g) {
+    for (int64_t i = 0; i < p.nkv; ++i) {
+      const int64_t pos = at + i, slot = pos % tpp;
+      const uint8_t* page = pool.Data(pages[static_cast<size_t>(pos / tpp * hkv + g)]);
+      // Bit for bit, as the cache stores them: a NaN equals its own NaN.
+      StoreRow(s.spec.cache_type, k.f32() + g * k.stride(0) + i * k.stride(1), k.stride(2), d,
+               row.data(), &tmp);
+      if (std::memcmp(row.data(), page + slot * d * es, static_cast<size_t>(d * es)) != 0) {
+        return false;
+      }
+      StoreRow(s.spec.cache_type, v.f32() + g * v.stride(0) + i * v.stride(1), v.stride(2), dv,
+               row.data(), &tmp);
+      if (std::memcmp(row.data(), page + (tpp * d + slot * dv) * es,
+                      static_cast<size_t>(dv * es)) != 0) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
 void WriteSteps(const std::vector<StepPlan>& plans, PagePool* pool) {
   std::vector<float> tmp;
   for (const StepPlan& p : plans) {
-    if (p.nkv == 0) continue;
+    if (p.nkv == 0 || p.replay) continue;
     const KvSession& s = *p.session;
     const int64_t hkv = s.spec.num_kv_heads, d = s.spec.head_dim, dv = s.spec.value_dim;
     const int64_t tpp = s.tokens_per_page, es = CacheTypeBytes(s.spec.cache_type);
@@ -121,11 +153,56 @@ void WriteSteps(const std::vector<StepPlan>& plans, PagePool* pool) {
   }
 }
 
+namespace {
+
+// Step p's problem over its pages (`ptrs`, by kv head), all its query rows.
+DecodeProblem MakeProblem(const StepPlan& p, const KvExtendOptions& o,
+                          const std::vector<const uint8_t*>& ptrs, AttentionResult* r) {
+  const KvSession& s = *p.session;
+  DecodeProblem dp;
+  const int64_t hkv = s.spec.num_kv_heads;
+  dp.hq = p.hq;
+  dp.hkv = hkv;
+  dp.n = p.n;
+  dp.d = s.spec.head_dim;
+  dp.dv = s.spec.value_dim;
+  dp.tokens = p.after;
+  dp.tokens_per_page = s.tokens_per_page;
+  dp.elem = ElemOf(s.spec.cache_type);
+  dp.pages = ptrs.data();
+  dp.pages_per_head = static_cast<int64_t>(ptrs.size()) / hkv;
+  const TensorView& q = p.step->query;
+  dp.q = q.f32();
+  dp.q_stride[0] = q.stride(0);
+  dp.q_stride[1] = q.stride(1);
+  dp.q_stride[2] = q.stride(2);
+  dp.out = r->output.data.data();
+  dp.lse = r->lse ? r->lse->data.data() : nullptr;
+  dp.scale = o.scale ? *o.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(dp.d)));
+  dp.causal = o.causal;
+  dp.window_left = o.window_left.value_or(-1);
+  dp.window_right = o.window_right.value_or(-1);
+  dp.softcap = o.score.softcap.value_or(0.0f);
+  dp.alibi = p.slopes.empty() ? nullptr : p.slopes.data();
+  dp.sink = p.sinks.empty() ? nullptr : p.sinks.data();
+  return dp;
+}
+
+// Rows [t0, t0 + m) of a step's problem, answered into their own buffers.
+struct RowSlice {
+  size_t step;
+  int64_t t0, m;
+  std::vector<float> out, lse;
+};
+
+}  // namespace
+
 Status AttendSteps(const std::vector<StepPlan>& plans, const KvExtendOptions& o, PagePool* pool,
                    std::vector<AttentionResult>* results) {
   results->assign(plans.size(), AttentionResult{});
-  std::vector<DecodeProblem> problems(plans.size());
+  std::deque<DecodeProblem> problems;
   std::vector<std::vector<const uint8_t*>> page_ptrs(plans.size());
+  std::deque<RowSlice> slices;
   std::vector<const DecodeProblem*> decode;
   for (size_t i = 0; i < plans.size(); ++i) {
     const StepPlan& p = plans[i];
@@ -133,12 +210,16 @@ Status AttendSteps(const std::vector<StepPlan>& plans, const KvExtendOptions& o,
     AttentionResult& r = (*results)[i];
     AllocateResult(p, o.score.return_lse, &r);
     if (p.n == 0) continue;
-    const int64_t hkv = s.spec.num_kv_heads;
-    if (p.hq / hkv * p.n > kDecodeMaxGroupRows) {
+    const int64_t hkv = s.spec.num_kv_heads, group = p.hq / hkv;
+    const double gather = 4.0 * static_cast<double>(hkv * p.after) *
+                          static_cast<double>(s.spec.head_dim + s.spec.value_dim);
+    const bool wide = group * p.n > kDecodeMaxGroupRows;
+    if (wide && (o.max_gather_bytes <= 0 || gather <= static_cast<double>(o.max_gather_bytes))) {
       ATTN_RETURN_IF_ERROR(AttendGathered(p, o, pool, &r));
       continue;
     }
-    DecodeProblem& dp = problems[i];
+    // The layer's pages in place: decode-sized problems, in row slices
+    // when there are more rows than the kernel takes at once.
     const int64_t npages = static_cast<int64_t>(p.table.size()) / hkv;
     auto& ptrs = page_ptrs[i];
     ptrs.resize(p.table.size());
@@ -148,34 +229,43 @@ Status AttendSteps(const std::vector<StepPlan>& plans, const KvExtendOptions& o,
             pool->Data(p.table[static_cast<size_t>(pg * hkv + g)]);
       }
     }
-    dp.hq = p.hq;
-    dp.hkv = hkv;
-    dp.n = p.n;
-    dp.d = s.spec.head_dim;
-    dp.dv = s.spec.value_dim;
-    dp.tokens = p.after;
-    dp.tokens_per_page = s.tokens_per_page;
-    dp.elem = ElemOf(s.spec.cache_type);
-    dp.pages = ptrs.data();
-    dp.pages_per_head = npages;
-    const TensorView& q = p.step->query;
-    dp.q = q.f32();
-    dp.q_stride[0] = q.stride(0);
-    dp.q_stride[1] = q.stride(1);
-    dp.q_stride[2] = q.stride(2);
-    dp.out = r.output.data.data();
-    dp.lse = r.lse ? r.lse->data.data() : nullptr;
-    dp.scale = o.scale ? *o.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(dp.d)));
-    dp.causal = o.causal;
-    dp.window_left = o.window_left.value_or(-1);
-    dp.window_right = o.window_right.value_or(-1);
-    dp.softcap = o.score.softcap.value_or(0.0f);
-    dp.alibi = p.slopes.empty() ? nullptr : p.slopes.data();
-    dp.sink = p.sinks.empty() ? nullptr : p.sinks.data();
-    decode.push_back(&dp);
+    const DecodeProblem whole = MakeProblem(p, o, ptrs, &r);
+    if (!wide) {
+      problems.push_back(whole);
+      decode.push_back(&problems.back());
+      continue;
+    }
+    const int64_t m = std::max<int64_t>(1, kDecodeMaxGroupRows / group);
+    for (int64_t t0 = 0; t0 < p.n; t0 += m) {
+      RowSlice& sl = slices.emplace_back();
+      sl.step = i, sl.t0 = t0, sl.m = std::min(m, p.n - t0);
+      sl.out.resize(static_cast<size_t>(p.hq * sl.m * whole.dv));
+      if (whole.lse != nullptr) sl.lse.resize(static_cast<size_t>(p.hq * sl.m));
+      DecodeProblem dp = whole;
+      dp.n = sl.m;
+      dp.first_pos = p.after - p.n + t0;
+      dp.q = whole.q + t0 * whole.q_stride[1];
+      dp.out = sl.out.data();
+      dp.lse = whole.lse != nullptr ? sl.lse.data() : nullptr;
+      problems.push_back(dp);
+      decode.push_back(&problems.back());
+    }
   }
   if (decode.empty()) return Status::Ok();
-  return RunDecodeAttention(decode, o.num_threads, o.cancelled);
+  ATTN_RETURN_IF_ERROR(RunDecodeAttention(decode, o.num_threads, o.cancelled));
+  for (const RowSlice& sl : slices) {  // into [Hq, n, Dv] (and [Hq, n])
+    AttentionResult& r = (*results)[sl.step];
+    const int64_t hq = r.output.shape[0], n = r.output.shape[1], dv = r.output.shape[2];
+    for (int64_t h = 0; h < hq; ++h) {
+      std::memcpy(r.output.data.data() + (h * n + sl.t0) * dv, sl.out.data() + h * sl.m * dv,
+                  static_cast<size_t>(sl.m * dv) * 4);
+      if (r.lse) {
+        std::memcpy(r.lse->data.data() + h * n + sl.t0, sl.lse.data() + h * sl.m,
+                    static_cast<size_t>(sl.m) * 4);
+      }
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace attn::internal

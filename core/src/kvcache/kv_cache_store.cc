@@ -58,13 +58,28 @@ Status CheckSessionId(const std::string& id, const char* field) {
   const bool ok_len = !id.empty() && id.size() <= 128;
   const bool ok_chars = std::all_of(id.begin(), id.end(), [](char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-           c == '_' || c == '-';
+           c == '_' || c == '-' || c == ':';
   });
   if (ok_len && ok_chars) return Status::Ok();
-  return Status::InvalidArgument(std::string(field) + ": must match [A-Za-z0-9._-]{1,128}, got '" +
-                                 id.substr(0, 160) + "' (" + std::to_string(id.size()) +
-                                 " characters)");
+  // Echo at most 64 characters, each control or non-ASCII byte as \xNN: a
+  // message (and the log line that carries it) never holds a raw one.
+  std::string shown;
+  for (size_t i = 0; i < id.size() && i < 64; ++i) {
+    const auto c = static_cast<unsigned char>(id[i]);
+    if (c < 0x20 || c >= 0x7f || c == '\'' || c == '\\') {
+      char hex[8];
+      std::snprintf(hex, sizeof(hex), "\\x%02x", c);
+      shown += hex;
+    } else {
+      shown += static_cast<char>(c);
+    }
+  }
+  if (id.size() > 64) shown += "...";
+  return Status::InvalidArgument(std::string(field) + ": must match [A-Za-z0-9._:-]{1,128}, got '" +
+                                 shown + "' (" + std::to_string(id.size()) + " characters)");
 }
+
+std::string FamilyOf(const std::string& id) { return id.substr(0, id.find(':')); }
 
 std::string NotFoundMessage(const std::string& id, const std::string& where) {
   return where + "session '" + id +
@@ -80,6 +95,7 @@ KvCacheStore::Impl::Impl(const KvStoreOptions& o)
 StatusOr<std::shared_ptr<internal::KvSession>> KvCacheStore::Impl::Find(const std::string& owner,
                                                                         const std::string& id,
                                                                         const std::string& where) {
+  ATTN_RETURN_IF_ERROR(internal::CheckSessionId(id, (where + "session_id").c_str()));
   std::lock_guard<std::mutex> lock(map_mu);
   auto o = owners.find(owner);
   if (o != owners.end()) {
@@ -102,7 +118,8 @@ internal::PoolOwner KvCacheStore::Impl::PoolOwnerOf(const internal::KvSession& s
   return internal::PoolOwner{s.owner_index, &s.spec.owner, options.pool_bytes_per_owner};
 }
 
-Status KvCacheStore::Impl::CheckNewIdLocked(const std::string& owner, Owner& o, std::string* id) {
+Status KvCacheStore::Impl::CheckNewIdLocked(const std::string& owner, Owner& o, std::string* id,
+                                            const std::string& prefix) {
   if (num_sessions >= options.max_sessions) {
     return Status::ResourceExhausted(
         "sessions: " + std::to_string(num_sessions) + " live, the limit (--max-sessions " +
@@ -119,8 +136,8 @@ Status KvCacheStore::Impl::CheckNewIdLocked(const std::string& owner, Owner& o, 
   if (id->empty()) {
     do {
       char buf[24];
-      std::snprintf(buf, sizeof(buf), "s-%016llx", static_cast<unsigned long long>(rng()));
-      *id = buf;
+      std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(rng()));
+      *id = prefix + buf;
     } while (o.sessions.count(*id) != 0);
     return Status::Ok();
   }
@@ -194,8 +211,23 @@ StatusOr<KvSessionInfo> KvCacheStore::Get(const std::string& owner, const std::s
 
 StatusOr<KvSessionInfo> KvCacheStore::Fork(const std::string& owner_name, const std::string& id,
                                            const std::string& new_id) {
+  ATTN_RETURN_IF_ERROR(internal::CheckSessionId(id, "fork: session_id"));
   std::string child_id = new_id;
-  if (!child_id.empty()) ATTN_RETURN_IF_ERROR(internal::CheckSessionId(child_id, "new_session_id"));
+  const std::string family = internal::FamilyOf(id);
+  if (!child_id.empty()) {
+    ATTN_RETURN_IF_ERROR(internal::CheckSessionId(child_id, "new_session_id"));
+    // A balancer routes by family: a fork lives where its parent does.
+    if (internal::FamilyOf(child_id) != family) {
+      return Status::InvalidArgument(
+          "new_session_id: a fork is in its parent's family ('" + family +
+          "', the id before its "
+          "first ':'), so that a balancer routes it to the same replica; expected '" +
+          family + ":...', got '" + child_id + "'");
+    }
+  } else if (family.size() + 19 > 128) {
+    return Status::InvalidArgument("new_session_id: the family '" + family.substr(0, 64) +
+                                   "...' is too long to name a fork; give new_session_id");
+  }
   std::lock_guard<std::mutex> lock(impl_->map_mu);
   auto o = impl_->owners.find(owner_name);
   if (o == impl_->owners.end() || o->second.sessions.count(id) == 0) {
@@ -203,7 +235,7 @@ StatusOr<KvSessionInfo> KvCacheStore::Fork(const std::string& owner_name, const 
   }
   auto it = o->second.sessions.find(id);
   Impl::Owner& owner = o->second;
-  ATTN_RETURN_IF_ERROR(impl_->CheckNewIdLocked(owner_name, owner, &child_id));
+  ATTN_RETURN_IF_ERROR(impl_->CheckNewIdLocked(owner_name, owner, &child_id, family + ":f-"));
   KvSession& parent = *it->second;
   KvSessionSpec spec = parent.spec;  // the parent's owner: pages are shared within it only
   spec.session_id = child_id;
@@ -251,6 +283,7 @@ StatusOr<KvSessionInfo> KvCacheStore::Truncate(const std::string& owner, const s
 }
 
 StatusOr<KvSessionInfo> KvCacheStore::Delete(const std::string& owner, const std::string& id) {
+  ATTN_RETURN_IF_ERROR(internal::CheckSessionId(id, "delete: session_id"));
   std::shared_ptr<KvSession> session;
   {
     std::lock_guard<std::mutex> lock(impl_->map_mu);
@@ -368,5 +401,9 @@ int64_t KvCacheStore::num_sessions() const {
   return impl_->num_sessions;
 }
 const KvStoreOptions& KvCacheStore::options() const { return impl_->options; }
+
+Status CheckSessionId(const std::string& id, const std::string& field) {
+  return internal::CheckSessionId(id, field.c_str());
+}
 
 }  // namespace attn

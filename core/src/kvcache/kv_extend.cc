@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <set>
+#include <string_view>
 
 #include "attn/half.h"
 #include "kvcache/decode_attention.h"
@@ -138,15 +139,21 @@ static StatusOr<std::vector<StepPlan>> Plan(KvCacheStore::Impl& impl, int64_t la
                                             const std::vector<KvStep>& steps,
                                             const KvExtendOptions& o) {
   ATTN_RETURN_IF_ERROR(CheckOptions(layer, steps.size(), o));
-  std::vector<StepPlan> plans(steps.size());
-  std::set<std::string> seen;
+  // Every id checked, and duplicates found, before any lookup.
+  std::set<std::string_view> seen;
   for (size_t i = 0; i < steps.size(); ++i) {
     const std::string& id = steps[i].session_id;
+    const std::string field = "steps[" + std::to_string(i) + "].session_id";
+    ATTN_RETURN_IF_ERROR(internal::CheckSessionId(id, field.c_str()));
     if (!seen.insert(id).second) {
       return Status::InvalidArgument(At(i, id) +
                                      ": a session may appear once in an Extend (it is also an "
                                      "earlier step); send its tokens in one step");
     }
+  }
+  std::vector<StepPlan> plans(steps.size());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const std::string& id = steps[i].session_id;
     ATTN_ASSIGN_OR_RETURN(plans[i].session,
                           impl.Find(o.owner, id, "extend: steps[" + std::to_string(i) + "]: "));
     plans[i].step = &steps[i];
@@ -208,6 +215,29 @@ Status Reserve(int64_t layer, std::vector<StepPlan>& plans, KvCacheStore::Impl& 
     }
     p.before = l.tokens;
     p.after = l.tokens + p.nkv;
+    if (const auto& e = p.step->expected_tokens; e && *e != l.tokens) {
+      // Exactly-once: a replay of a step already applied, or a refusal.
+      const bool holds = *e >= 0 && l.tokens >= *e + p.nkv;
+      if (!holds || !internal::StoredEquals(p, l.pages, *e, *pool)) {
+        return Status::FailedPrecondition(
+            At(i, s.spec.session_id) + ": layer " + std::to_string(layer) + " holds " +
+            std::to_string(l.tokens) + " tokens, expected_tokens " + std::to_string(*e) +
+            (holds ? "; the tokens at [" + std::to_string(*e) + ", " + std::to_string(*e + p.nkv) +
+                         ") differ from this step's keys and values, so it is not a replay"
+                   : "") +
+            "; read the session (GetSession) to learn where it stands");
+      }
+      p.replay = true;
+      p.before = *e;
+      p.after = *e + p.nkv;
+      // Busy while it reads, so that no truncate drops the tokens it reads.
+      l.busy = true;
+      ++s.busy_layers;
+      p.busy = true;
+      s.last_used = internal::SteadyClock::now();
+      p.table = l.pages;
+      continue;
+    }
     if (p.after > s.spec.max_tokens) {
       return Status::ResourceExhausted(
           At(i, s.spec.session_id) + ": layer " + std::to_string(layer) + " holds " +
@@ -242,6 +272,7 @@ Status Reserve(int64_t layer, std::vector<StepPlan>& plans, KvCacheStore::Impl& 
   // Hand the pages out: copies of shared last pages, then the new ones.
   size_t next = 0;
   for (StepPlan& p : plans) {
+    if (p.replay) continue;  // reads what it holds: no page
     KvSession& s = *p.session;
     const int64_t hkv = s.spec.num_kv_heads, tpp = s.tokens_per_page;
     const int64_t pages_before = (p.before + tpp - 1) / tpp;
@@ -289,8 +320,10 @@ void Commit(int64_t layer, std::vector<StepPlan>& plans, internal::PagePool* poo
     {
       std::lock_guard<std::mutex> lock(p.session->mu);
       KvLayer& l = p.session->layers[static_cast<size_t>(layer)];
-      l.pages.swap(p.table);
-      l.tokens = p.after;
+      if (!p.replay) {  // a replay leaves the layer as it is
+        l.pages.swap(p.table);
+        l.tokens = p.after;
+      }
       l.busy = false;
       --p.session->busy_layers;
       p.session->last_used = internal::SteadyClock::now();
@@ -311,13 +344,26 @@ StatusOr<KvExtendResult> KvCacheStore::Extend(int64_t layer, const std::vector<K
   Status st = GuardExceptions("extend", [&]() -> Status {
     ATTN_RETURN_IF_ERROR(Reserve(layer, plans, *impl_));
     internal::WriteSteps(plans, pool);
-    return internal::AttendSteps(plans, options, pool, &out.results);
+    ATTN_RETURN_IF_ERROR(internal::AttendSteps(plans, options, pool, &out.results));
+    if (options.before_commit) options.before_commit();
+    // The last moment a caller who gave up can be told "nothing happened":
+    // once committed, only a replay (expected_tokens) makes a retry safe.
+    if (options.cancelled != nullptr && options.cancelled->load()) {
+      return Status::Cancelled("extend: cancelled before its commit; nothing was appended");
+    }
+    if (options.deadline && std::chrono::system_clock::now() > *options.deadline) {
+      return Status::DeadlineExceeded(
+          "extend: the deadline passed before its commit; nothing was appended");
+    }
+    return Status::Ok();
   });
   if (!st.ok()) {
     Rollback(layer, plans, pool);
     return st;
   }
   Commit(layer, plans, pool);
+  out.replayed.reserve(plans.size());
+  for (const StepPlan& p : plans) out.replayed.push_back(p.replay);
   return out;
 }
 

@@ -47,6 +47,9 @@ struct KvSession {
 
 // "[A-Za-z0-9._-]{1,128}", or INVALID_ARGUMENT naming `field`.
 Status CheckSessionId(const std::string& id, const char* field);
+// A session's family, by which balancers route it: the id before its first
+// ':' (all of it without one). A fork stays in its parent's family.
+std::string FamilyOf(const std::string& id);
 
 // The message of a missing session.
 std::string NotFoundMessage(const std::string& id, const std::string& where);
@@ -74,7 +77,9 @@ class KvCacheStore::Impl {
   Owner& OwnerLocked(const std::string& owner);
   // A fresh id, or `id` checked, in the owner's namespace; ALREADY_EXISTS
   // and RESOURCE_EXHAUSTED as for Create. Called with map_mu held.
-  Status CheckNewIdLocked(const std::string& owner, Owner& o, std::string* id);
+  // An empty *id becomes `prefix` and 16 random hex digits.
+  Status CheckNewIdLocked(const std::string& owner, Owner& o, std::string* id,
+                          const std::string& prefix = "s-");
   // What the pool needs to charge pages to a session's owner.
   internal::PoolOwner PoolOwnerOf(const internal::KvSession& s) const;
 

@@ -91,6 +91,7 @@ void CallDispatcher::Dispatch(CallTransport* t, const CallerCredentials& who,
   auto principal = Authenticate(who);
   if (!principal.ok()) return t->Finish(principal.status(), {});
   t->call()->principal = std::move(*principal);
+  t->call()->deadline = t->deadline();
   t->call()->authenticated = true;
   if (in_flight > options_.max_inflight) {
     t->set_admission_refused();

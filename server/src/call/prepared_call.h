@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -79,6 +80,8 @@ struct PreparedCall {
   // Set when the client cancels or the deadline passes; core polls it
   // between blocks and stops.
   std::atomic<bool> cancelled{false};
+  // The call's deadline (max: none); set before prepare runs.
+  std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max();
   // Who is calling; set (and `authenticated`) before prepare runs.
   Principal principal;
   bool authenticated = false;

@@ -4,10 +4,14 @@
 // answers UNIMPLEMENTED with no message).
 #pragma once
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/wire_format_lite.h>
 #include <grpcpp/impl/codegen/proto_utils.h>
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 
+#include <climits>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -44,6 +48,26 @@ Status ParseRequestInPlace(const grpc::ByteBuffer& in, T* msg, grpc::Slice* flat
   data->Clear();
   *flat = grpc::Slice();
   return ParseRequest(in, msg);
+}
+
+// How many times top-level field `field` occurs in the message `in`,
+// counted from its tags without parsing anything (nothing is allocated per
+// occurrence), stopping once past `stop_after`; -1 when `in` is not a
+// well-formed message (then the parse reports it).
+inline int64_t CountTopLevelField(const grpc::ByteBuffer& in, uint32_t field, int64_t stop_after) {
+  grpc::ByteBuffer bytes(in);  // shares the slices
+  grpc::ProtoBufferReader reader(&bytes);
+  google::protobuf::io::CodedInputStream s(&reader);
+  s.SetTotalBytesLimit(INT32_MAX);
+  int64_t n = 0;
+  while (const uint32_t tag = s.ReadTag()) {
+    if (google::protobuf::internal::WireFormatLite::GetTagFieldNumber(tag) == field &&
+        ++n > stop_after) {
+      return n;
+    }
+    if (!google::protobuf::internal::WireFormatLite::SkipField(&s, tag)) return -1;
+  }
+  return s.ConsumedEntireMessage() ? n : -1;
 }
 
 template <typename T>

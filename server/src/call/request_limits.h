@@ -17,6 +17,7 @@ struct RequestLimits {
   double max_attention_work = 1e12;                            // --max-attention-work, B*H*Lq*Lk*D
   int64_t max_projection_elements = int64_t{16} << 20;         // --max-projection-elements, inline
   int64_t max_request_memory_bytes = int64_t{2} << 30;         // --max-request-memory-mb
+  int64_t max_extend_steps = 1024;                             // --max-extend-steps
   PrecisionPolicy compute_precision = PrecisionPolicy::kAuto;  // --compute-precision
 };
 

@@ -3,6 +3,8 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "call/raw_messages.h"
@@ -75,6 +77,18 @@ Status Steps(const v1::ExtendRequest& req, KvCacheStore* store, const RequestLim
   if (req.steps_size() == 0) {
     return Status::InvalidArgument("steps: expected at least one step, got none");
   }
+  // Every id checked, and duplicates found, before any lookup or decode.
+  std::unordered_set<std::string_view> seen;
+  for (int i = 0; i < req.steps_size(); ++i) {
+    const std::string& id = req.steps(i).session_id();
+    const std::string at = "steps[" + std::to_string(i) + "].session_id";
+    ATTN_RETURN_IF_ERROR(CheckSessionId(id, at));
+    if (!seen.insert(id).second) {
+      return Status::InvalidArgument(at + ": '" + id +
+                                     "' appears in an earlier step too; a session may appear "
+                                     "once in an Extend (send its tokens in one step)");
+    }
+  }
   for (int i = 0; i < req.steps_size(); ++i) {
     const v1::SessionStep& st = req.steps(i);
     const std::string at = "steps[" + std::to_string(i) + "].";
@@ -101,6 +115,7 @@ Status Steps(const v1::ExtendRequest& req, KvCacheStore* store, const RequestLim
     if (st.has_value()) {
       ATTN_ASSIGN_OR_RETURN(step.value, Decode(st.value(), at + "value", limits, call));
     }
+    if (st.has_expected_tokens()) step.expected_tokens = st.expected_tokens();
     s->steps.push_back(std::move(step));
   }
   return Status::Ok();
@@ -124,6 +139,7 @@ Status Respond(const ExtendState& s, const PreparedCall& call, const RequestLimi
     if (r.lse)
       wire::EncodeTensor(*r.lse, wire::WireType::kFloat32, call.encoding, a->mutable_lse());
   }
+  for (const bool replayed : s.result.replayed) out->add_replayed(replayed);
   return SerializeInto(*out, resp);
 }
 
@@ -145,10 +161,16 @@ Status PrepareExtend(const v1::ExtendRequest& req, KvCacheStore* store, const Re
   }
   ATTN_RETURN_IF_ERROR(CheckResponseBytes(call->cost.result_bytes, limits));
   call->output_type = s->types.empty() ? wire::WireType::kFloat32 : s->types[0];
-  call->compute = [s, store, metrics, call](int threads,
-                                            OutputAllocator) -> StatusOr<AttentionResult> {
+  const int64_t gather = limits.max_request_memory_bytes;
+  call->compute = [s, store, metrics, call, gather](int threads,
+                                                    OutputAllocator) -> StatusOr<AttentionResult> {
     s->options.num_threads = threads;
     s->options.cancelled = &call->cancelled;
+    if (call->deadline != std::chrono::system_clock::time_point::max()) {
+      s->options.deadline = call->deadline;
+    }
+    // A prefill over a long cache reads the pages in place past this.
+    s->options.max_gather_bytes = gather;
     const auto t0 = std::chrono::steady_clock::now();
     ATTN_ASSIGN_OR_RETURN(s->result, store->Extend(s->layer, s->steps, s->options));
     if (metrics != nullptr) {

@@ -157,13 +157,22 @@ grpc::ServerUnaryReactor* SessionServiceImpl::ListSessions(grpc::CallbackServerC
 grpc::ServerUnaryReactor* SessionServiceImpl::Extend(grpc::CallbackServerContext* ctx,
                                                      const grpc::ByteBuffer* req,
                                                      grpc::ByteBuffer* resp) {
-  // The request outlives the call: the steps' views point into it.
-  auto request = std::make_shared<v1::ExtendRequest>();
-  const Status parsed = ParseRequest(*req, request.get());
   const RequestLimits* limits = &dispatcher_->options().limits;
   return ServeGrpc(dispatcher_, Rpc::kExtend, ctx, static_cast<int64_t>(req->Length()), resp,
                    [&](PreparedCall* call) {
-                     ATTN_RETURN_IF_ERROR(parsed);  // after the token and admission
+                     // After the token and admission, the steps are counted in
+                     // the bytes before any is parsed: a 64 MiB request of
+                     // millions of empty steps costs a scan, not gigabytes.
+                     const int64_t steps =
+                         CountTopLevelField(*req, 2, limits->max_extend_steps);  // steps = 2
+                     if (steps > limits->max_extend_steps) {
+                       return Status::ResourceExhausted(
+                           "steps: more than " + std::to_string(limits->max_extend_steps) +
+                           " steps in one Extend, the limit (--max-extend-steps); split it");
+                     }
+                     // The request outlives the call: the steps' views point into it.
+                     auto request = std::make_shared<v1::ExtendRequest>();
+                     ATTN_RETURN_IF_ERROR(ParseRequest(*req, request.get()));
                      call->keep_alive = request;
                      return PrepareExtend(*request, store_, *limits, metrics_, resp, call);
                    });

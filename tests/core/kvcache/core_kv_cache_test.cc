@@ -219,11 +219,11 @@ TEST(KvCache, ForkSharesPagesAndDivergesCopyOnWrite) {
   for (int64_t layer : {0, 1})
     ExtendAndCheck(store, layer, {&parent}, {MakeStep(parent, 37, 37, rng)}, {});
   const int64_t used = store.bytes_used();
-  auto forked = store.Fork("", "parent", "child");
+  auto forked = store.Fork("", "parent", "parent:child");
   ASSERT_TRUE(forked.ok()) << forked.status().ToString();
   EXPECT_EQ(store.bytes_used(), used) << "a fork allocates no page";
   EXPECT_EQ(forked->layer_tokens, (std::vector<int64_t>{37, 37}));
-  Tracked child{"child", parent.hq, parent.replay};
+  Tracked child{"parent:child", parent.hq, parent.replay};
   // Both write into their shared last page: each gets its own copy.
   ExtendAndCheck(store, 0, {&parent, &child},
                  {MakeStep(parent, 1, 1, rng), MakeStep(child, 2, 2, rng)}, {});
@@ -233,7 +233,7 @@ TEST(KvCache, ForkSharesPagesAndDivergesCopyOnWrite) {
   ASSERT_TRUE(store.Delete("", "parent").ok());
   for (int i = 0; i < 20; ++i) ExtendAndCheck(store, 1, {&child}, {MakeStep(child, 1, 1, rng)}, {});
   ExtendAndCheck(store, 0, {&child}, {MakeStep(child, 2, 0, rng)}, {});
-  ASSERT_TRUE(store.Delete("", "child").ok());
+  ASSERT_TRUE(store.Delete("", "parent:child").ok());
   EXPECT_EQ(store.bytes_used(), 0) << "every page back once nobody holds it";
 }
 
@@ -266,12 +266,12 @@ TEST(KvCache, ForkOfALongSessionAllocatesNoPage) {
   EXPECT_EQ(info->tokens_per_page, 64);
   EXPECT_EQ(info->cache_bytes, raw) << "32768 tokens fill whole pages of 64";
   const int64_t used = store.bytes_used();
-  ASSERT_TRUE(store.Fork("", "long", "beam").ok());
+  ASSERT_TRUE(store.Fork("", "long", "long:beam").ok());
   EXPECT_EQ(store.bytes_used(), used) << "the fork allocated a page";
   // One token into the child: its last pages are full, so new ones (one a
   // head), nothing copied; and the parent's bytes stay where they were.
   std::vector<float> one(8 * 128, 0.5f);
-  KvStep st{"beam", TensorView::Dense(one.data(), {8, 1, 128}),
+  KvStep st{"long:beam", TensorView::Dense(one.data(), {8, 1, 128}),
             TensorView::Dense(one.data(), {8, 1, 128}), TensorView::Dense(one.data(), {8, 1, 128})};
   ASSERT_TRUE(store.Extend(0, {st}, {}).ok());
   EXPECT_EQ(store.bytes_used(), used + 8 * o.page_bytes);
@@ -363,11 +363,11 @@ TEST(KvCache, ErrorsNameTheSessionStepAndNumbers) {
                           "session 'err' already exists");
   attn_test::ExpectStatus(store.Fork("", "err", "err").status(), StatusCode::kAlreadyExists,
                           "already exists");
-  attn_test::ExpectStatus(store.Fork("", "gone", "x").status(), StatusCode::kNotFound,
+  attn_test::ExpectStatus(store.Fork("", "gone", "gone:x").status(), StatusCode::kNotFound,
                           "session 'gone' not found");
   spec.session_id = "bad id!";
   attn_test::ExpectStatus(store.Create(spec).status(), StatusCode::kInvalidArgument,
-                          "session_id: must match [A-Za-z0-9._-]{1,128}");
+                          "session_id: must match [A-Za-z0-9._:-]{1,128}");
   spec.session_id = "";
   spec.head_dim = 0;
   attn_test::ExpectStatus(store.Create(spec).status(), StatusCode::kInvalidArgument,
@@ -392,7 +392,7 @@ TEST(KvCache, FailedOrCancelledExtendChangesNoSession) {
   Tracked a = Open(store, "a", 1, 2, 2, 8, 8, CacheType::kFloat32);
   Tracked b = Open(store, "b", 1, 2, 2, 8, 8, CacheType::kFloat32);
   ExtendAndCheck(store, 0, {&a, &b}, {MakeStep(a, 15, 15, rng), MakeStep(b, 10, 10, rng)}, {});
-  ASSERT_TRUE(store.Fork("", "a", "a2").ok());  // a's last page is shared: a write would copy it
+  ASSERT_TRUE(store.Fork("", "a", "a:2").ok());  // a's last page is shared: a write would copy it
   const int64_t used = store.bytes_used();
   KvSessionSpec small;
   small.session_id = "tiny";
