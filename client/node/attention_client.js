@@ -17,6 +17,7 @@
 //   const { output } = await s.extend(0, { query, key, value });   // [Hq, n, D], [Hkv, n, D]
 //   await s.delete();
 
+const crypto = require('crypto');
 const path = require('path');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
@@ -52,8 +53,19 @@ function fromTensor(t) {
   return { shape, data: new Float32Array(copy.buffer, 0, copy.byteLength / 4) };
 }
 
+// A fresh session id ("s-" and 24 hex digits), a family of its own: made
+// here so that the create call carries the header a balancer hashes.
+function newSessionId() { return `s-${crypto.randomBytes(12).toString('hex')}`; }
+// A fork child's id: newId, or the parent's family and a fresh tail.
+function childSessionId(parent, newId) {
+  return newId || `${parent.split(':')[0]}:${crypto.randomBytes(8).toString('hex')}`;
+}
+
 class AttentionClient {
-  constructor(target = 'localhost:50051', { maxMessageMb = 64, timeoutMs = 30000 } = {}) {
+  // retries: how many times a session step that carries its expected_tokens
+  // is sent again after UNAVAILABLE (a replay on the server if it was applied).
+  constructor(target = 'localhost:50051', { maxMessageMb = 64, timeoutMs = 30000, retries = 3 } = {}) {
+    this.retries = retries;
     const options = {
       'grpc.max_send_message_length': maxMessageMb << 20,
       'grpc.max_receive_message_length': maxMessageMb << 20,
@@ -137,9 +149,10 @@ class AttentionClient {
     const dtype = { float32: 'DATA_TYPE_FLOAT32', bfloat16: 'DATA_TYPE_BFLOAT16',
       float16: 'DATA_TYPE_FLOAT16' }[spec.cache_dtype || 'float32'];
     if (!dtype) throw new Error(`cache_dtype: expected float32, bfloat16 or float16, got ${spec.cache_dtype}`);
-    const info = await this.call_(this.sessions_, 'CreateSession', { ...spec, cache_dtype: dtype },
-      spec.session_id || null);
-    return new Session(this, info.session_id);
+    const id = spec.session_id || newSessionId();
+    const info = await this.call_(this.sessions_, 'CreateSession',
+      { ...spec, session_id: id, cache_dtype: dtype }, id);
+    return new Session(this, info.session_id, (info.layer_tokens || []).map(Number));
   }
 
   // A handle on an existing session (nothing is sent).
@@ -156,24 +169,47 @@ class AttentionClient {
   // One Extend of several sessions as a batch. steps: [{ session (a Session or
   // an id), query?, key?, value? }]; options: { causal (default true), scale,
   // window_left, window_right, softcap, alibi_slopes, sink_logits, return_lse }.
-  // -> [{ output, lse }] per step.
+  // -> [{ output, lse, replayed }] per step. A Session's step carries its
+  // layer's token count (expected_tokens): when every step does, the call is
+  // sent again after UNAVAILABLE (up to `retries` times), each step applied
+  // once (a step the server had applied is a replay).
   async extendMany(layer, steps, options = {}) {
+    const expected = [];
+    for (const st of steps) {
+      expected.push(st.session instanceof Session ? await st.session.expected_(layer) : null);
+    }
     const { causal = true, scale, encoding = 'data', ...rest } = options;
     const opts = { causal_alignment: 'CAUSAL_ALIGNMENT_BOTTOM_RIGHT' };
     for (const [key, value] of Object.entries(rest)) {
       if (value === undefined || value === null) continue;
       opts[key] = typeof value === 'object' && 'shape' in value ? toTensor(value, encoding) : value;
     }
-    const req = { layer, causal, options: opts, steps: steps.map((st) => {
+    const req = { layer, causal, options: opts, steps: steps.map((st, i) => {
       const out = { session_id: typeof st.session === 'string' ? st.session : st.session.id };
       for (const f of ['query', 'key', 'value']) if (st[f]) out[f] = toTensor(st[f], encoding);
+      if (expected[i] !== null) out.expected_tokens = expected[i];
       return out;
     }) };
     if (scale !== undefined) req.scale = scale;
-    const resp = await this.call_(this.sessions_, 'Extend', req,
-      steps.length === 1 ? req.steps[0].session_id : null);
-    return (resp.results || []).map((r) => ({
-      output: fromTensor(r.output), lse: r.lse ? fromTensor(r.lse) : null }));
+    const safe = expected.every((e) => e !== null);
+    let resp;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        resp = await this.call_(this.sessions_, 'Extend', req,
+          steps.length === 1 ? req.steps[0].session_id : null);
+        break;
+      } catch (err) {
+        if (!safe || attempt >= this.retries || err.code !== grpc.status.UNAVAILABLE) throw err;
+        await new Promise((r) => setTimeout(r, 100 * 2 ** Math.min(attempt, 4)));
+      }
+    }
+    steps.forEach((st, i) => {
+      if (expected[i] !== null) st.session.tokens_[layer] = expected[i] + (st.key ? st.key.shape[1] : 0);
+    });
+    const replayed = resp.replayed || [];
+    return (resp.results || []).map((r, i) => ({
+      output: fromTensor(r.output), lse: r.lse ? fromTensor(r.lse) : null,
+      replayed: Boolean(replayed[i]) }));
   }
 }
 
@@ -186,7 +222,17 @@ function sessionInfo(m) {
 
 // One session: extend, fork, truncate, info, delete.
 class Session {
-  constructor(client, id) { this.client = client; this.id = id; }
+  // layerTokens: each layer's count when known (else asked for once).
+  constructor(client, id, layerTokens = null) {
+    this.client = client;
+    this.id = id;
+    this.tokens_ = layerTokens;
+  }
+
+  async expected_(layer) {
+    if (this.tokens_ === null) await this.info();
+    return layer >= 0 && layer < this.tokens_.length ? this.tokens_[layer] : null;
+  }
 
   // Appends { key, value } ([Hkv, n, D]) to `layer`, then attends { query }
   // ([Hq, n_q, D]) over the layer, bottom-right; options as for extendMany.
@@ -194,20 +240,27 @@ class Session {
     return (await this.client.extendMany(layer, [{ session: this, query, key, value }], options))[0];
   }
 
+  // The child's id is newId (in this session's family, 'family:...') or one
+  // made here in the family, so that a balancer routes it with its parent.
   async fork(newId = '') {
     const info = await this.client.call_(this.client.sessions_, 'ForkSession',
-      { session_id: this.id, new_session_id: newId }, this.id);
-    return new Session(this.client, info.session_id);
+      { session_id: this.id, new_session_id: childSessionId(this.id, newId) }, this.id);
+    return new Session(this.client, info.session_id, (info.layer_tokens || []).map(Number));
   }
 
   async truncate(tokens) {
-    return sessionInfo(await this.client.call_(this.client.sessions_, 'TruncateSession',
+    const info = sessionInfo(await this.client.call_(this.client.sessions_, 'TruncateSession',
       { session_id: this.id, tokens }, this.id));
+    this.tokens_ = info.layer_tokens.slice();
+    return info;
   }
 
+  // Also resynchronizes the handle's token counts (after FAILED_PRECONDITION).
   async info() {
-    return sessionInfo(await this.client.call_(this.client.sessions_, 'GetSession',
+    const info = sessionInfo(await this.client.call_(this.client.sessions_, 'GetSession',
       { session_id: this.id }, this.id));
+    this.tokens_ = info.layer_tokens.slice();
+    return info;
   }
 
   async delete() {
@@ -216,4 +269,4 @@ class Session {
   }
 }
 
-module.exports = { AttentionClient, Session, toTensor, fromTensor, grpc };
+module.exports = { AttentionClient, Session, toTensor, fromTensor, grpc, newSessionId, childSessionId };

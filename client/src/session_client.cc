@@ -1,5 +1,9 @@
 #include "session_client.h"
 
+#include <algorithm>
+#include <random>
+#include <thread>
+
 #include "wire/status_mapping.h"
 
 namespace attn::client {
@@ -9,7 +13,12 @@ namespace v1 = attention::v1;
 
 void Prepare(grpc::ClientContext* ctx, std::chrono::milliseconds timeout, const std::string& id) {
   if (timeout.count() > 0) ctx->set_deadline(std::chrono::system_clock::now() + timeout);
-  if (!id.empty()) ctx->AddMetadata(kSessionHeader, id);
+  // Only an id a header can carry (gRPC aborts on a control character in
+  // one): anything else goes without it, and the server names the bad id.
+  const bool printable =
+      !id.empty() && id.size() <= 128 &&
+      std::all_of(id.begin(), id.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+  if (printable) ctx->AddMetadata(kSessionHeader, id);
 }
 
 // One unary call of `stub` with the session header (`id`, when not empty).
@@ -83,10 +92,38 @@ StatusOr<v1::ExtendResponse> SessionClient::Extend(const v1::ExtendRequest& req,
       req.steps_size() == 1 ? req.steps(0).session_id() : "");
 }
 
+namespace {
+
+std::string RandomHex(int digits) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (int i = 0; i < digits; ++i) out += kHex[rng() & 15];
+  return out;
+}
+
+}  // namespace
+
+std::string NewSessionId() { return "s-" + RandomHex(24); }
+
+std::string ChildSessionId(const std::string& parent, const std::string& new_id) {
+  if (!new_id.empty()) return new_id;
+  return parent.substr(0, parent.find(':')) + ":" + RandomHex(16);
+}
+
+void Session::Learn(const v1::SessionInfo& info) {
+  tokens_.assign(info.layer_tokens().begin(), info.layer_tokens().end());
+  known_ = true;
+}
+
 StatusOr<Session> Session::Create(SessionClient* client, const v1::CreateSessionRequest& req) {
-  auto info = client->Create(req);
+  v1::CreateSessionRequest named = req;
+  if (named.session_id().empty()) named.set_session_id(NewSessionId());
+  auto info = client->Create(named);
   if (!info.ok()) return info.status();
-  return Session(client, info->session_id());
+  Session s(client, info->session_id());
+  s.Learn(*info);
+  return s;
 }
 
 StatusOr<v1::AttentionResponse> Session::Extend(int32_t layer, const v1::Tensor& query,
@@ -103,25 +140,50 @@ StatusOr<v1::AttentionResponse> Session::Extend(int32_t layer, const v1::Tensor&
   *step->mutable_query() = query;
   if (key != nullptr) *step->mutable_key() = *key;
   if (value != nullptr) *step->mutable_value() = *value;
-  auto resp = client_->Extend(req);
+  if (!known_) {
+    auto info = Info();
+    if (!info.ok()) return info.status();
+  }
+  const bool counted = layer >= 0 && static_cast<size_t>(layer) < tokens_.size();
+  if (counted) step->set_expected_tokens(tokens_[static_cast<size_t>(layer)]);
+  StatusOr<v1::ExtendResponse> resp = client_->Extend(req);
+  // Safe to send again only because the step says where it goes.
+  for (int i = 0; counted && i < retries_ && resp.status().code() == StatusCode::kUnavailable;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100 << std::min(i, 4)));
+    resp = client_->Extend(req);
+  }
   if (!resp.ok()) return resp.status();
   if (resp->results_size() != 1) {
     return Status::Internal("extend: expected 1 result, got " +
                             std::to_string(resp->results_size()));
   }
+  last_replayed_ = resp->replayed_size() == 1 && resp->replayed(0);
+  if (counted) {
+    const int64_t n = key != nullptr && key->shape_size() >= 2 ? key->shape(1) : 0;
+    tokens_[static_cast<size_t>(layer)] = step->expected_tokens() + n;
+  }
   return std::move(*resp->mutable_results(0));
 }
 
 StatusOr<Session> Session::Fork(const std::string& new_id) {
-  auto info = client_->Fork(id_, new_id);
+  auto info = client_->Fork(id_, ChildSessionId(id_, new_id));
   if (!info.ok()) return info.status();
-  return Session(client_, info->session_id());
+  Session child(client_, info->session_id());
+  child.Learn(*info);
+  return child;
 }
 
 StatusOr<v1::SessionInfo> Session::Truncate(int64_t tokens) {
-  return client_->Truncate(id_, tokens);
+  auto info = client_->Truncate(id_, tokens);
+  if (info.ok()) Learn(*info);
+  return info;
 }
-StatusOr<v1::SessionInfo> Session::Info() { return client_->Get(id_); }
+StatusOr<v1::SessionInfo> Session::Info() {
+  auto info = client_->Get(id_);
+  if (info.ok()) Learn(*info);
+  return info;
+}
 StatusOr<v1::SessionInfo> Session::Delete() { return client_->Delete(id_); }
 
 }  // namespace attn::client

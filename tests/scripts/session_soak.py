@@ -6,6 +6,10 @@ pool (--kv-cache-mb 8, so that it fills), 4 client threads, each owning 50 sessi
   - every Extend result is checked against a float64 replay of its session
     (one-shot attention over the tokens the layer holds, rounded to the
     cache's type), with GQA, windows and sinks drawn at random;
+  - every step carries its layer's count (the session handles send
+    expected_tokens); a random 5% of the steps that append are sent again
+    as if their answer had been lost: each must be a replay (the layer's
+    count unchanged) whose answer matches the same float64 replay;
   - the only codes allowed are OK and, when the pool is full,
     RESOURCE_EXHAUSTED (then the thread deletes a session and goes on);
   - the server's RSS at the end stays within its RSS after start-up plus the
@@ -80,7 +84,8 @@ class Worker(threading.Thread):
         sid = self.fresh_id()
         spec = dict(layers=self.rng.choice([1, 2]), hkv=self.rng.choice([1, 2]),
                     d=self.rng.choice([8, 16]), type=self.rng.choice(["float32", "bfloat16", "float16"]))
-        c.create_session(spec["layers"], spec["hkv"], spec["d"], cache_dtype=spec["type"], session_id=sid)
+        spec["h"] = c.create_session(spec["layers"], spec["hkv"], spec["d"],
+                                     cache_dtype=spec["type"], session_id=sid)
         spec["k"] = [np.zeros((spec["hkv"], 0, spec["d"]), np.float32) for _ in range(spec["layers"])]
         spec["v"] = [x.copy() for x in spec["k"]]
         self.sessions[sid] = spec
@@ -96,15 +101,26 @@ class Worker(threading.Thread):
         causal = self.rng.random() < 0.8
         wl = self.rng.choice([None, None, 4])
         sinks = self.nrng.standard_normal(hq).astype(np.float32) if self.rng.random() < 0.3 else None
-        r = c.session(sid).extend(layer, q if nq else None, k if n else None, v if n else None,
-                                  causal=causal, window=(wl, None) if wl is not None else None,
-                                  sink_logits=sinks)
+        h = s["h"]
+
+        def send():
+            return h.extend(layer, q if nq else None, k if n else None, v if n else None,
+                            causal=causal, window=(wl, None) if wl is not None else None,
+                            sink_logits=sinks)
+        results = [send()]
         s["k"][layer] = np.concatenate([s["k"][layer], round_to(k, s["type"])], 1)
         s["v"][layer] = np.concatenate([s["v"][layer], round_to(v, s["type"])], 1)
+        if n and self.rng.random() < 0.05:
+            h._tokens[layer] -= n  # the answer was lost: the engine sends the step again
+            results.append(send())
+            held = h.info().layer_tokens[layer]
+            assert held == s["k"][layer].shape[1], f"{sid} layer {layer}: a retry appended"
+            self.stats["replayed"] += 1
         if nq:
             want = reference(q, s["k"][layer], s["v"][layer], causal, wl, sinks)
-            np.testing.assert_allclose(r.output, want, rtol=1e-4, atol=1e-4,
-                                       err_msg=f"session {sid} layer {layer}")
+            for r in results:
+                np.testing.assert_allclose(r.output, want, rtol=1e-4, atol=1e-4,
+                                           err_msg=f"session {sid} layer {layer}")
             self.stats["checked"] += 1
 
     def op(self, c):
@@ -117,15 +133,15 @@ class Worker(threading.Thread):
             self.extend(c, sid)
             return "extend"
         if x < 0.85 and len(self.sessions) < 50:
-            child = self.fresh_id()
-            c.session(sid).fork(child)
+            child = sid.split(":")[0] + ":" + self.fresh_id()  # a child stays in its family
             s = self.sessions[sid]
-            self.sessions[child] = dict(s, k=list(s["k"]), v=list(s["v"]))
+            self.sessions[child] = dict(s, k=list(s["k"]), v=list(s["v"]),
+                                        h=s["h"].fork(child))
             return "fork"
         if x < 0.93:
             s = self.sessions[sid]
             tokens = self.rng.randrange(0, max(1, max(k.shape[1] for k in s["k"])) + 1)
-            info = c.session(sid).truncate(tokens)
+            info = s["h"].truncate(tokens)
             s["k"] = [k[:, :tokens] for k in s["k"]]
             s["v"] = [v[:, :tokens] for v in s["v"]]
             assert info.layer_tokens == [k.shape[1] for k in s["k"]], (info, sid)
@@ -171,7 +187,8 @@ def main():
         assert port, "attention-server did not start"
         time.sleep(0.5)
         start_kb = rss_kb(proc.pid)
-        stats = {k: 0 for k in ("create", "extend", "fork", "truncate", "delete", "pool_full", "checked")}
+        stats = {k: 0 for k in ("create", "extend", "fork", "truncate", "delete", "pool_full",
+                                "checked", "replayed")}
         deadline = time.monotonic() + seconds
         workers = [Worker(f"127.0.0.1:{port}", i, deadline, stats) for i in range(4)]
         for w in workers:
@@ -191,6 +208,7 @@ def main():
         print(f"RSS: {start_kb // 1024} MiB after start-up, peak {peak // 1024} MiB, end "
               f"{end_kb // 1024} MiB (bound: start + {POOL_MB} MiB pool + {MARGIN_MB} MiB)")
         assert stats["checked"] > 100, "too few results checked"
+        assert stats["replayed"] > 0, "no step was retried"
         assert listed.sessions == [] and listed.cache_bytes_used == 0, listed
         assert peak <= start_kb + (POOL_MB + MARGIN_MB) * 1024, "RSS past the pool and the margin"
         print("PASS: every result equal to its replay, no unexpected code, RSS within bounds")

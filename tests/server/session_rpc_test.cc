@@ -492,6 +492,48 @@ TEST_F(SessionRpc, ARetriedStepWithExpectedTokensIsAReplay) {
   EXPECT_EQ(sessions_->Get("retry")->layer_tokens(0), 31);
 }
 
+// The C++ Session handle counts every layer's tokens and sends them
+// (expected_tokens): a second handle that missed a step is refused instead
+// of appending at the wrong place, and the same step from it is a replay.
+// Without an id the handle makes one; a fork without one stays in the family.
+TEST_F(SessionRpc, SessionHandlesSendTheirCountsSoARetryIsAReplay) {
+  std::mt19937 rng(37);
+  auto made = attn::client::Session::Create(sessions_.get(), Spec("", 2, 2, 8, 8));
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  attn::client::Session a = *made;
+  EXPECT_EQ(a.id().rfind("s-", 0), 0u) << a.id();
+  EXPECT_EQ(a.id().size(), 26u);
+  EXPECT_EQ(a.layer_tokens(), (std::vector<int64_t>{0, 0}));
+  const v1::Tensor q = Dense({2, 1, 8}, attn_test::Normal(16, rng));
+  const v1::Tensor k = Dense({2, 3, 8}, attn_test::Normal(48, rng));
+  const v1::Tensor v = Dense({2, 3, 8}, attn_test::Normal(48, rng));
+  ASSERT_TRUE(a.Extend(1, q, &k, &v).ok());
+  EXPECT_EQ(a.layer_tokens(), (std::vector<int64_t>{0, 3}));
+  attn::client::Session b(sessions_.get(), a.id());  // learns the counts on its first step
+  ASSERT_TRUE(b.Info().ok());
+  auto first = a.Extend(0, q, &k, &v);
+  ASSERT_TRUE(first.ok());
+  EXPECT_FALSE(a.last_replayed());
+  auto replay = b.Extend(0, q, &k, &v);  // b still counts 0 on layer 0: a retry
+  ASSERT_TRUE(replay.ok()) << replay.status().ToString();
+  EXPECT_TRUE(b.last_replayed());
+  const std::vector<float> got = Floats(replay->output()), want = Floats(first->output());
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-6) << i;
+  EXPECT_EQ(sessions_->Get(a.id())->layer_tokens(0), 3) << "appended once";
+  const v1::Tensor k2 = Dense({2, 3, 8}, attn_test::Normal(48, rng));
+  attn::client::Session c(sessions_.get(), a.id());
+  ASSERT_TRUE(c.Info().ok());
+  ASSERT_TRUE(a.Extend(0, q, &k, &v).ok());  // a appends 3 more (layer 0: 6)
+  attn_test::ExpectStatus(c.Extend(0, q, &k2, &v).status(), StatusCode::kFailedPrecondition,
+                          "layer 0 holds 6 tokens, expected_tokens 3");
+  EXPECT_EQ(sessions_->Get(a.id())->layer_tokens(0), 6) << "the refused step changed nothing";
+  auto child = a.Fork();
+  ASSERT_TRUE(child.ok()) << child.status().ToString();
+  EXPECT_EQ(child->id().rfind(a.id() + ":", 0), 0u) << child->id();
+  EXPECT_EQ(child->layer_tokens(), (std::vector<int64_t>{6, 3}));
+}
+
 // Every call checks its ids: control characters, spaces, empty and
 // oversized ids are INVALID_ARGUMENT, and the message holds no raw control
 // character.

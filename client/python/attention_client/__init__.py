@@ -18,8 +18,8 @@ from .aio import AsyncAttentionClient
 from .client import AttentionClient
 from .sessions import AsyncSession, Session, SessionInfo, SessionList
 from .errors import (Aborted, AlreadyExists, AttentionError, Cancelled, DeadlineExceeded,
-                     InvalidArgument, NotFound, PermissionDenied, ResourceExhausted,
-                     Unauthenticated, Unavailable)
+                     FailedPrecondition, InvalidArgument, NotFound, PermissionDenied,
+                     ResourceExhausted, Unauthenticated, Unavailable)
 
 __version__ = "0.5.0"
 
@@ -27,6 +27,7 @@ __all__ = [
     "AttentionClient", "AsyncAttentionClient", "AttentionResult", "AttentionError",
     "Session", "AsyncSession", "SessionInfo", "SessionList",
     "InvalidArgument", "NotFound", "AlreadyExists", "ResourceExhausted", "Unauthenticated",
-    "PermissionDenied", "DeadlineExceeded", "Unavailable", "Aborted", "Cancelled", "to_tensor",
+    "PermissionDenied", "DeadlineExceeded", "Unavailable", "Aborted", "Cancelled",
+    "FailedPrecondition", "to_tensor",
     "from_tensor", "bf16_bits", "bf16_to_float32", "DATA", "VALUES", "__version__",
 ]

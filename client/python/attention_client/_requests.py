@@ -49,7 +49,15 @@ def channel_options(max_message_mb: int, retry: bool) -> list:
     size = int(max_message_mb) << 20
     options = [("grpc.max_send_message_length", size), ("grpc.max_receive_message_length", size)]
     if retry:  # UNAVAILABLE only: the server did not take the call
-        config = {"methodConfig": [{"name": [{}], "retryPolicy": {
+        # Every method but SessionService.Extend, whose steps the session
+        # handles retry themselves, and only when they carry expected_tokens.
+        names = [{"service": s} for s in ("attention.v1.AttentionService",
+                                          "inference.GRPCInferenceService",
+                                          "grpc.health.v1.Health")]
+        names += [{"service": "attention.v1.SessionService", "method": m}
+                  for m in ("CreateSession", "GetSession", "ForkSession", "TruncateSession",
+                            "DeleteSession", "ListSessions")]
+        config = {"methodConfig": [{"name": names, "retryPolicy": {
             "maxAttempts": 4, "initialBackoff": "0.1s", "maxBackoff": "2s",
             "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]}
         options += [("grpc.enable_retries", 1), ("grpc.service_config", json.dumps(config))]

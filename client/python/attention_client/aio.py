@@ -21,6 +21,7 @@ class AsyncAttentionClient:
                  tls_key: Optional[str] = None, token: Optional[str] = None,
                  max_message_mb: int = 64, retry: bool = False):
         options = rq.channel_options(max_message_mb, retry)
+        self._retry = retry
         creds = rq.credentials(tls, tls_ca, tls_cert, tls_key)
         self.channel = (grpc.aio.secure_channel(target, creds, options=options) if creds
                         else grpc.aio.insecure_channel(target, options=options))
@@ -72,10 +73,11 @@ class AsyncAttentionClient:
                              max_tokens: int = 0,
                              session_id: Optional[str] = None) -> ss.AsyncSession:
         """As AttentionClient.create_session."""
+        session_id = session_id or ss.new_session_id()  # the balancer hashes it
         req = ss.create_request(num_layers, num_kv_heads, head_dim, value_dim, cache_dtype,
                                 max_tokens, session_id)
         info = await self._session_call("CreateSession", req, session_id)
-        return ss.AsyncSession(self, info.session_id)
+        return ss.AsyncSession(self, info.session_id, info.layer_tokens)
 
     def session(self, session_id: str) -> ss.AsyncSession:
         return ss.AsyncSession(self, session_id)
@@ -92,12 +94,20 @@ class AsyncAttentionClient:
                           scale: Optional[float] = None, return_lse: bool = False,
                           compute_precision: Optional[str] = None) -> List[rq.AttentionResult]:
         """As AttentionClient.extend_many."""
+        layer = int(layer)
+        expected = [await s[0]._expected(layer) if isinstance(s[0], ss.AsyncSession) else None
+                    for s in steps]
         payload, kinds, sid = ss.extend_request(
             layer, steps, causal=causal, window=window, alibi_slopes=alibi_slopes,
             softcap=softcap, sink_logits=sink_logits, scale=scale, return_lse=return_lse,
-            compute_precision=compute_precision)
-        return ss.extend_results(await self._call(self._extend, payload, session_id=sid), kinds,
-                                 return_lse)
+            compute_precision=compute_precision, expected=expected)
+        resp = await ss._with_retries_async(
+            self, all(e is not None for e in expected),
+            lambda: self._call(self._extend, payload, session_id=sid))
+        for (s, _, k, _), e in zip(steps, expected):
+            if isinstance(s, ss.AsyncSession):
+                s._appended(layer, e, k)
+        return ss.extend_results(resp, kinds, return_lse)
 
     async def attention(self, query: Any, key: Any = None, value: Any = None, *,
                         return_weights: bool = False, return_lse: bool = False,

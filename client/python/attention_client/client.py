@@ -29,6 +29,7 @@ class AttentionClient:
                  tls_key: Optional[str] = None, token: Optional[str] = None,
                  max_message_mb: int = 64, retry: bool = False):
         options = rq.channel_options(max_message_mb, retry)
+        self._retry = retry
         creds = rq.credentials(tls, tls_ca, tls_cert, tls_key)
         self.channel = (grpc.secure_channel(target, creds, options=options) if creds
                         else grpc.insecure_channel(target, options=options))
@@ -186,12 +187,13 @@ class AttentionClient:
         """A session on the server: a cache per layer of `num_kv_heads` heads
         of `head_dim` (keys) and `value_dim` (values; 0: head_dim), stored as
         `cache_dtype` ("float32", "bfloat16" or "float16"); `max_tokens` per
-        layer (0: the server's --max-session-tokens). The server names it
-        when `session_id` is None."""
+        layer (0: the server's --max-session-tokens). Without `session_id`
+        the client makes one ("s-" and 24 hex digits)."""
+        session_id = session_id or ss.new_session_id()  # the balancer hashes it
         req = ss.create_request(num_layers, num_kv_heads, head_dim, value_dim, cache_dtype,
                                 max_tokens, session_id)
         info = self._session_call("CreateSession", req, session_id)
-        return ss.Session(self, info.session_id)
+        return ss.Session(self, info.session_id, info.layer_tokens)
 
     def session(self, session_id: str) -> ss.Session:
         """A handle on an existing session (nothing is sent)."""
@@ -211,10 +213,20 @@ class AttentionClient:
         """One Extend of several sessions (of this server) as one batch:
         `steps` is [(session, query, key, value), ...] as Session.extend
         takes them. Returns an AttentionResult per step, in order. All or
-        nothing: an error changes no session."""
+        nothing: an error changes no session. Each Session's step carries its
+        layer's token count (expected_tokens; a step naming a bare id does
+        not), and a call whose steps all do is retried on UNAVAILABLE when
+        the client was made with retry=True."""
+        layer = int(layer)
+        expected = [s[0]._expected(layer) if isinstance(s[0], ss.Session) else None
+                    for s in steps]
         payload, kinds, sid = ss.extend_request(
             layer, steps, causal=causal, window=window, alibi_slopes=alibi_slopes,
             softcap=softcap, sink_logits=sink_logits, scale=scale, return_lse=return_lse,
-            compute_precision=compute_precision)
-        return ss.extend_results(self._call(self._extend, payload, session_id=sid), kinds,
-                                 return_lse)
+            compute_precision=compute_precision, expected=expected)
+        resp = ss._with_retries(self, all(e is not None for e in expected),
+                                lambda: self._call(self._extend, payload, session_id=sid))
+        for (s, _, k, _), e in zip(steps, expected):
+            if isinstance(s, ss.Session):
+                s._appended(layer, e, k)
+        return ss.extend_results(resp, kinds, return_lse)

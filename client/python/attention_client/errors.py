@@ -59,6 +59,12 @@ class Aborted(AttentionError):
     """ABORTED."""
 
 
+class FailedPrecondition(AttentionError):
+    """FAILED_PRECONDITION: a session step sent at the wrong position (its
+    expected_tokens is neither the layer's count nor a replay); the message
+    names the layer, the tokens held and expected_tokens."""
+
+
 class Cancelled(AttentionError):
     """CANCELLED."""
 
@@ -73,6 +79,7 @@ _BY_CODE = {
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceeded,
     grpc.StatusCode.UNAVAILABLE: Unavailable,
     grpc.StatusCode.ABORTED: Aborted,
+    grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
     grpc.StatusCode.CANCELLED: Cancelled,
 }
 

@@ -7,9 +7,19 @@ SessionService).
         out = s.extend(0, q, k, v).output          # q [Hq, n, D], k/v [Hkv, n, D]
 
 Every call on one session sends the `x-attn-session` header, by which a load
-balancer keeps a session on the replica that holds it. Sessions live in the
-server's memory: a restart or an idle timeout loses them (NotFound).
+balancer keeps a session on the replica that holds it: a session created
+without an id gets one made here, and a fork child's id starts with its
+family's ("parent:..."), so that the balancer's hash finds them all.
+Sessions live in the server's memory: a restart or an idle timeout loses
+them (NotFound).
+
+A Session handle knows every layer's token count and sends it with each step
+(`expected_tokens`): a step retried after its answer was lost is a replay on
+the server (nothing appended twice), so the client retries it on UNAVAILABLE
+when made with retry=True.
 """
+import secrets
+import time
 import warnings
 from typing import Any, List, Optional, Sequence, Tuple
 
@@ -97,6 +107,17 @@ class SessionList:
                 f"{self.cache_bytes_limit} bytes)")
 
 
+def new_session_id() -> str:
+    """A fresh session id (a family of its own), made by the client so that
+    the create call already carries the header a balancer hashes."""
+    return "s-" + secrets.token_hex(12)
+
+
+def child_id(parent: str, new_id: Optional[str]) -> str:
+    """A fork child's id: `new_id`, or the parent's family and a fresh tail."""
+    return new_id or parent.split(":", 1)[0] + ":" + secrets.token_hex(8)
+
+
 def create_request(num_layers: int, num_kv_heads: int, head_dim: int, value_dim: int,
                    cache_dtype: str, max_tokens: int, session_id: Optional[str]) -> Any:
     if cache_dtype not in _CACHE_DTYPES:
@@ -173,17 +194,22 @@ def _f32(x: Any) -> bool:
 _CAUSAL_TAIL = _tail(True, None, None, None, None, None, False, None)
 
 
-def _one_step(layer: int, sid: str, q: Any, k: Any, v: Any, tail: bytes) -> bytes:
+def _one_step(layer: int, sid: str, q: Any, k: Any, v: Any, tail: bytes,
+              expected: Optional[int] = None) -> bytes:
     """The common call's bytes, a decode step's: one step whose query, key
     and value are C-contiguous float32 numpy arrays. The message around the
     arrays depends only on the session, layer, shapes and options, so it is
     made once (by the general path) and each call joins it with the arrays:
     their bytes are copied once, and almost nothing else is done."""
-    key = (sid, layer, q.shape, k.shape, v.shape, tail)
+    # expected_tokens (field 5) follows the value: its varint's length is in
+    # the key (it sizes the step), its bytes are written each call.
+    ex = b"" if expected is None else b"\x28" + _wire.varint(int(expected))
+    key = (sid, layer, q.shape, k.shape, v.shape, tail, len(ex))
     headers = _HEADERS.get(key)
     if headers is None:
         parts = _wire.extend_parts(layer, [_wire.session_step(
-            sid, _tensor(q, "float32"), _tensor(k, "float32"), _tensor(v, "float32"))], tail)
+            sid, _tensor(q, "float32"), _tensor(k, "float32"), _tensor(v, "float32"),
+            expected)], tail)
         headers, run = [], []
         for p in parts.parts:  # the bytes between the arrays
             if not isinstance(p, bytes):
@@ -191,30 +217,34 @@ def _one_step(layer: int, sid: str, q: Any, k: Any, v: Any, tail: bytes) -> byte
                 run = []
             else:
                 run.append(p)
-        headers.append(b"".join(run))
+        headers.append(b"".join(run)[len(ex):])  # after the value: field 5, then the tail
         if len(_HEADERS) >= 4096:
             _HEADERS.clear()
         headers = _HEADERS[key] = tuple(headers)
     h0, h1, h2, h3 = headers
-    return b"".join((h0, q, h1, k, h2, v, h3))
+    return b"".join((h0, q, h1, k, h2, v, ex, h3))
 
 
 def extend_request(layer: int, steps: Sequence[Step], *, causal: bool, window: Window,
                    alibi_slopes: Any, softcap: Optional[float], sink_logits: Any,
                    scale: Optional[float], return_lse: bool,
-                   compute_precision: Optional[str]) -> Tuple[bytes, list, Optional[str]]:
+                   compute_precision: Optional[str],
+                   expected: Optional[List[Optional[int]]] = None) -> Tuple[bytes, list, Optional[str]]:
     """The ExtendRequest's bytes, each step's kind (its answer's, from the
     query or, for a step without queries, from its keys), and the session
-    id the call's header names (a single step's)."""
+    id the call's header names (a single step's). `expected`: each step's
+    expected_tokens (None: unset)."""
     tail = _tail(causal, scale, window, alibi_slopes, softcap, sink_logits, return_lse,
                  compute_precision)
+    if expected is None:
+        expected = [None] * len(steps)
     if len(steps) == 1 and len(steps[0]) == 4:
         session, q, k, v = steps[0]
         if _f32(q) and _f32(k) and _f32(v):
             sid = _id_of(session)
-            return _one_step(int(layer), sid, q, k, v, tail), [_F32_KIND], sid
+            return _one_step(int(layer), sid, q, k, v, tail, expected[0]), [_F32_KIND], sid
     encoded, kinds = [], []
-    for step in steps:
+    for step, ex in zip(steps, expected):
         if len(step) != 4:
             raise ValueError("extend_many: each step is (session, query, key, value)")
         session, query, key, value = step
@@ -225,7 +255,7 @@ def extend_request(layer: int, steps: Sequence[Step], *, causal: bool, window: W
         encoded.append(_wire.session_step(
             _id_of(session), None if query is None else _tensor(query, kind.wire),
             None if key is None else _tensor(key, kind.wire),
-            None if value is None else _tensor(value, kind.wire)))
+            None if value is None else _tensor(value, kind.wire), ex))
         kinds.append(kind)
     payload = _wire.extend_parts(int(layer), encoded, tail).join()
     sid = _id_of(steps[0][0]) if len(steps) == 1 else None
@@ -249,6 +279,43 @@ def extend_results(resp: bytes, kinds: list, return_lse: bool) -> List[rq.Attent
     return out
 
 
+# A session step is retried only when it carries expected_tokens (so that a
+# step the server applied before the answer was lost is a replay).
+RETRY_ATTEMPTS = 4
+
+
+def _retryable(e: Exception) -> bool:
+    from .errors import Unavailable
+    return isinstance(e, Unavailable)
+
+
+def _with_retries(client: Any, safe: bool, call: Any) -> Any:
+    """call(), again on UNAVAILABLE (backing off 0.1 s, doubling) when the
+    client retries and the steps are `safe` to repeat."""
+    attempts = RETRY_ATTEMPTS if (safe and getattr(client, "_retry", False)) else 1
+    for i in range(attempts):
+        try:
+            return call()
+        except Exception as e:  # noqa: BLE001 - re-raised unless retryable
+            if i + 1 == attempts or not _retryable(e):
+                raise
+            time.sleep(min(2.0, 0.1 * 2 ** i))
+    raise AssertionError("unreachable")
+
+
+async def _with_retries_async(client: Any, safe: bool, call: Any) -> Any:
+    import asyncio
+    attempts = RETRY_ATTEMPTS if (safe and getattr(client, "_retry", False)) else 1
+    for i in range(attempts):
+        try:
+            return await call()
+        except Exception as e:  # noqa: BLE001 - re-raised unless retryable
+            if i + 1 == attempts or not _retryable(e):
+                raise
+            await asyncio.sleep(min(2.0, 0.1 * 2 ** i))
+    raise AssertionError("unreachable")
+
+
 def _metadata(base: Any, session_id: Optional[str]) -> Any:
     extra = (("x-attn-session", session_id),) if session_id else ()
     return tuple(base or ()) + extra or None
@@ -258,11 +325,19 @@ class Session:
     """One session on an AttentionClient. A context manager that deletes the
     session on exit (a session already gone is fine)."""
 
-    def __init__(self, client: Any, session_id: str):
+    def __init__(self, client: Any, session_id: str, layer_tokens: Optional[Sequence[int]] = None):
         self._client = client
         self.id: str = session_id
         # Every call on it sends these (the token, the balancer's header).
         self._metadata = _metadata(client._metadata, session_id)
+        # Each layer's token count, sent with every step (expected_tokens);
+        # None until known (a handle on an existing session asks once).
+        self._tokens: Optional[List[int]] = None if layer_tokens is None else list(layer_tokens)
+
+    def _expected(self, layer: int) -> Optional[int]:
+        if self._tokens is None:
+            self.info()
+        return self._tokens[layer] if 0 <= layer < len(self._tokens) else None
 
     def extend(self, layer: int, query: Any, key: Any = None, value: Any = None, *,
                causal: bool = True, window: Window = None, alibi_slopes: Any = None,
@@ -273,33 +348,52 @@ class Session:
         `layer`, then attends `query` ([Hq, n_q, D]; None: none) over
         everything the layer holds, aligned bottom-right. The output is
         [Hq, n_q, Dv] in the query's kind and dtype (lse [Hq, n_q] with
-        return_lse). All or nothing: an error changes nothing."""
+        return_lse). All or nothing: an error changes nothing. The step
+        carries the layer's token count (expected_tokens): one the server
+        already applied is a replay, so a retry appends nothing twice."""
+        layer = int(layer)
+        expected = self._expected(layer)
         if (causal is True and window is None and alibi_slopes is None and softcap is None
                 and sink_logits is None and scale is None and not return_lse
                 and compute_precision is None and _f32(query) and _f32(key) and _f32(value)):
             # The decode step of a loop: straight to its bytes and back.
-            payload = _one_step(int(layer), self.id, query, key, value, _CAUSAL_TAIL)
-            resp = self._client._call_raw(self._client._extend, payload, self._metadata)
+            payload = _one_step(layer, self.id, query, key, value, _CAUSAL_TAIL, expected)
+            resp = _with_retries(self._client, expected is not None, lambda: self._client._call_raw(
+                self._client._extend, payload, self._metadata))
+            self._appended(layer, expected, key)
             return extend_results(resp, _ONE_F32, False)[0]
         return self._client.extend_many(
             layer, [(self, query, key, value)], causal=causal, window=window,
             alibi_slopes=alibi_slopes, softcap=softcap, sink_logits=sink_logits, scale=scale,
             return_lse=return_lse, compute_precision=compute_precision)[0]
 
+    def _appended(self, layer: int, expected: Optional[int], key: Any) -> None:
+        if expected is not None and self._tokens is not None:
+            self._tokens[layer] = expected + (0 if key is None else int(np.shape(key)[1]))
+
     def fork(self, new_id: Optional[str] = None) -> "Session":
-        """A copy-on-write child: no K/V is copied until one side writes."""
-        msg = session_pb2.ForkSessionRequest(session_id=self.id, new_session_id=new_id or "")
+        """A copy-on-write child: no K/V is copied until one side writes.
+        Its id is `new_id` (in this session's family: "family:...") or one
+        made here in the family, so a balancer routes it with its parent."""
+        msg = session_pb2.ForkSessionRequest(session_id=self.id,
+                                             new_session_id=child_id(self.id, new_id))
         info = self._client._session_call("ForkSession", msg, self.id)
-        return Session(self._client, info.session_id)
+        return Session(self._client, info.session_id, info.layer_tokens)
 
     def truncate(self, tokens: int) -> SessionInfo:
         """Keeps the first `tokens` of every layer (rejected speculative tokens)."""
         msg = session_pb2.TruncateSessionRequest(session_id=self.id, tokens=int(tokens))
-        return SessionInfo(self._client._session_call("TruncateSession", msg, self.id))
+        info = self._client._session_call("TruncateSession", msg, self.id)
+        self._tokens = list(info.layer_tokens)
+        return SessionInfo(info)
 
     def info(self) -> SessionInfo:
-        return SessionInfo(self._client._session_call(
-            "GetSession", session_pb2.SessionRef(session_id=self.id), self.id))
+        """The server's view of the session; the handle's token counts are
+        set from it (after a FailedPrecondition, this resynchronizes)."""
+        info = self._client._session_call(
+            "GetSession", session_pb2.SessionRef(session_id=self.id), self.id)
+        self._tokens = list(info.layer_tokens)
+        return SessionInfo(info)
 
     def delete(self) -> SessionInfo:
         """Frees the session (its pages, once no fork holds them)."""
@@ -324,9 +418,17 @@ class Session:
 class AsyncSession:
     """As Session, each method a coroutine; an async context manager."""
 
-    def __init__(self, client: Any, session_id: str):
+    def __init__(self, client: Any, session_id: str, layer_tokens: Optional[Sequence[int]] = None):
         self._client = client
         self.id: str = session_id
+        self._tokens: Optional[List[int]] = None if layer_tokens is None else list(layer_tokens)
+
+    async def _expected(self, layer: int) -> Optional[int]:
+        if self._tokens is None:
+            await self.info()
+        return self._tokens[layer] if 0 <= layer < len(self._tokens) else None
+
+    _appended = Session._appended
 
     async def extend(self, layer: int, query: Any, key: Any = None, value: Any = None,
                      **kw: Any) -> rq.AttentionResult:
@@ -334,17 +436,22 @@ class AsyncSession:
         return (await self._client.extend_many(layer, [(self, query, key, value)], **kw))[0]
 
     async def fork(self, new_id: Optional[str] = None) -> "AsyncSession":
-        msg = session_pb2.ForkSessionRequest(session_id=self.id, new_session_id=new_id or "")
+        msg = session_pb2.ForkSessionRequest(session_id=self.id,
+                                             new_session_id=child_id(self.id, new_id))
         info = await self._client._session_call("ForkSession", msg, self.id)
-        return AsyncSession(self._client, info.session_id)
+        return AsyncSession(self._client, info.session_id, info.layer_tokens)
 
     async def truncate(self, tokens: int) -> SessionInfo:
         msg = session_pb2.TruncateSessionRequest(session_id=self.id, tokens=int(tokens))
-        return SessionInfo(await self._client._session_call("TruncateSession", msg, self.id))
+        info = await self._client._session_call("TruncateSession", msg, self.id)
+        self._tokens = list(info.layer_tokens)
+        return SessionInfo(info)
 
     async def info(self) -> SessionInfo:
-        return SessionInfo(await self._client._session_call(
-            "GetSession", session_pb2.SessionRef(session_id=self.id), self.id))
+        info = await self._client._session_call(
+            "GetSession", session_pb2.SessionRef(session_id=self.id), self.id)
+        self._tokens = list(info.layer_tokens)
+        return SessionInfo(info)
 
     async def delete(self) -> SessionInfo:
         return SessionInfo(await self._client._session_call(

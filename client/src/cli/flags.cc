@@ -104,8 +104,8 @@ const std::vector<FlagSpec>& FlagTable() {
     {"--num-kv-heads", "N", "mha bench session", "kv heads: mha's field (grouped-query projections); bench --op attention: the key's and value's heads"},
     // A load.
     // session create|extend|info|fork|truncate|delete|list: KV-cache sessions
-    {"--session-id", "ID", "session", "the session ([A-Za-z0-9._-]{1,128}; create: the server names it when absent)"},
-    {"--new-session-id", "ID", "session", "fork: the child's id (default: the server names it)"},
+    {"--session-id", "ID", "session", "the session ([A-Za-z0-9._:-]{1,128}; its family, which balancers hash, is the part before the first ':'; create: named s-<24 hex> when absent)"},
+    {"--new-session-id", "ID", "session", "fork: the child's id, in the parent's family (family:...; default: the family and 16 random hex digits)"},
     {"--num-layers", "N", "session bench", "create, bench --op decode: layers of the cache; decode: a token is one step on each, in order (default 1)"},
     {"--head-dim", "D", "session", "create: the key width D"},
     {"--value-dim", "D", "session", "create: the value width (default: --head-dim)"},

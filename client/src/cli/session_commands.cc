@@ -176,11 +176,14 @@ int RunSession(const CommandLine& cl) {
   if (sub == "create") {
     auto req = CreateRequest(cl);
     if (!req.ok()) return Fail(req.status().message());
+    // Named here when --session-id is not given: the create call then
+    // carries the header a balancer hashes, as every later call does.
+    if (req->session_id().empty()) req->set_session_id(NewSessionId());
     info = client.Create(*req, timeout);
   } else if (sub == "info") {
     info = client.Get(id, timeout);
   } else if (sub == "fork") {
-    info = client.Fork(id, cl.get("--new-session-id"), timeout);
+    info = client.Fork(id, ChildSessionId(id, cl.get("--new-session-id")), timeout);
   } else if (sub == "truncate") {
     if (!cl.has("--tokens")) return Fail("--tokens: required by session truncate");
     auto tokens = cl.Int("--tokens", INT64_MIN, INT64_MAX, 0);

@@ -165,12 +165,36 @@ test('Node client end to end', async (t) => {
           }
         }
       }
-      const child = await s.fork('node-2');
+      // Every step carries the layer's count (expected_tokens): the same
+      // step sent again is a replay (nothing appended, the same answer), and
+      // a handle that missed a step is refused with FAILED_PRECONDITION.
+      const before = (await s.info()).layer_tokens[0];
+      const q1 = { shape: [hq, 1, d], data: Float32Array.from({ length: hq * d }, (_, i) => Math.sin(i)) };
+      const k1 = { shape: [hkv, 1, d], data: Float32Array.from({ length: hkv * d }, (_, i) => Math.cos(i)) };
+      const stale = client.session('node-1');
+      assert.deepStrictEqual((await stale.info()).layer_tokens, [before]);
+      const [once] = await client.extendMany(0, [{ session: s, query: q1, key: k1, value: k1 }]);
+      assert.strictEqual(once.replayed, false);
+      const [twice] = await client.extendMany(0, [{ session: stale, query: q1, key: k1, value: k1 }]);
+      assert.strictEqual(twice.replayed, true);
+      assert.deepStrictEqual(Array.from(twice.output.data), Array.from(once.output.data));
+      assert.deepStrictEqual((await s.info()).layer_tokens, [before + 1]);
+      const late = client.session('node-1');
+      late.tokens_ = [before];
+      const k2 = { shape: [hkv, 1, d], data: new Float32Array(hkv * d).fill(0.25) };
+      await assert.rejects(late.extend(0, { query: q1, key: k2, value: k2 }),
+        (err) => err.code === grpc.status.FAILED_PRECONDITION &&
+          err.details.includes(`layer 0 holds ${before + 1} tokens, expected_tokens ${before}`));
+      // s's own count is right: it steps on.
+      await s.extend(0, { key: k1, value: k1 });
+      assert.deepStrictEqual((await s.info()).layer_tokens, [before + 2]);
+      await s.truncate(before);
+      const child = await s.fork('node-1:2');
       assert.deepStrictEqual((await child.info()).layer_tokens, [9]);
       assert.deepStrictEqual((await child.truncate(4)).layer_tokens, [4]);
       assert.deepStrictEqual((await s.info()).layer_tokens, [9]);
       const listed = await client.listSessions();
-      assert.ok(listed.sessions.some((x) => x.session_id === 'node-2'));
+      assert.ok(listed.sessions.some((x) => x.session_id === 'node-1:2'));
       // Without tokens every caller is the anonymous principal (owner ''),
       // whose bytes are the pool's and whose quota is the pool's limit.
       assert.ok(listed.sessions.every((x) => x.owner === ''));

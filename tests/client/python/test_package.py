@@ -417,9 +417,17 @@ def test_extend_bytes_are_protobufs():
     if torch is not None:
         t = lambda *shape: torch.randn(*shape, dtype=torch.bfloat16)  # noqa: E731
         cases.append((6, [("f", t(4, 1, 8), t(2, 1, 8), t(2, 1, 8))], {}))
+    # expected_tokens: none, 0, one varint byte, two and three (the decode
+    # step's cached header is keyed by its length, its bytes written each call)
+    for ex in (0, 5, 300, 70000):
+        cases.append((0, [("s", f32(4, 1, 8), f32(2, 1, 8), f32(2, 1, 8))], dict(expected=[ex])))
+    cases.append((1, [("a", None, f32(2, 5, 8), f32(2, 5, 8)), ("b", f32(2, 1, 8), None, None)],
+                  dict(expected=[None, 129])))
     for layer, steps, kw in cases:
+        expected = kw.pop("expected", [None] * len(steps))
         for _ in range(2):  # the second time from the decode step's cached headers
-            payload, kinds, sid = ss.extend_request(layer, steps, **_extend_args(**kw))
+            payload, kinds, sid = ss.extend_request(layer, steps, expected=expected,
+                                                    **_extend_args(**kw))
             want = session_pb2.ExtendRequest(layer=layer, causal=kw.get("causal", True))
             if "scale" in kw:
                 want.scale = kw["scale"]
@@ -427,8 +435,10 @@ def test_extend_bytes_are_protobufs():
             rq._options(want, rq.DATA, "bottom_right", kw.get("window"), kw.get("alibi_slopes"),
                         kw.get("softcap"), None, kw.get("return_lse", False),
                         kw.get("compute_precision"))
-            for (sid_, q, k, v), kind in zip(steps, kinds):
+            for (sid_, q, k, v), kind, ex in zip(steps, kinds, expected):
                 st = want.steps.add(session_id=sid_)
+                if ex is not None:
+                    st.expected_tokens = ex
                 if q is not None:
                     st.query.CopyFrom(ac.to_tensor(q, wire_dtype=kind.wire))
                 if k is not None:
@@ -620,6 +630,76 @@ def test_sessions_belong_to_their_principal():
             proc.wait(timeout=15)
 
 
+def test_session_steps_carry_their_counts_and_retries_replay(server):
+    """A Session sends each layer's count (expected_tokens): a step its
+    handle already sent is a replay (nothing appended, the same answer), a
+    stale handle is refused with FailedPrecondition and info() resyncs it.
+    With retry=True a step is sent again after UNAVAILABLE, only when it
+    carries its count; ids are made by the client, forks in the family."""
+    from attention_client import sessions as ss
+
+    r = np.random.default_rng(11)
+    f32 = lambda *shape: r.standard_normal(shape).astype(np.float32)  # noqa: E731
+    with AttentionClient(server, retry=True) as c:
+        s = c.create_session(2, 2, 8)
+        assert s.id.startswith("s-") and len(s.id) == 26 and s._tokens == [0, 0]
+        q, k, v = f32(4, 1, 8), f32(2, 3, 8), f32(2, 3, 8)
+        first = s.extend(1, q, k, v).output
+        assert s._tokens == [0, 3]
+        stale = c.session(s.id)
+        assert stale.info().layer_tokens == [0, 3]
+        s._tokens[1] = 0  # as if the answer was lost: the same step again
+        again = s.extend(1, q, k, v).output
+        np.testing.assert_allclose(again, first, rtol=0, atol=1e-6)
+        assert s.info().layer_tokens == [0, 3], "appended once"
+        s.extend(1, q, f32(2, 1, 8), f32(2, 1, 8))  # layer 1: 4
+        with pytest.raises(ac.FailedPrecondition, match="layer 1 holds 4 tokens, expected_tokens 3"):
+            stale.extend(1, q, f32(2, 1, 8), f32(2, 1, 8))
+        assert stale.info().layer_tokens == [0, 4], "refused: nothing changed; info resyncs"
+        stale.extend(1, q, f32(2, 1, 8), f32(2, 1, 8))
+        assert s.info().layer_tokens == [0, 5]
+        # The same through extend_many, general path (lse) and async.
+        out = c.extend_many(0, [(s, q, k, v)], return_lse=True)[0]
+        s._tokens[0] = 0
+        out2 = c.extend_many(0, [(s, q, k, v)], return_lse=True)[0]
+        np.testing.assert_allclose(out2.lse, out.lse, rtol=0, atol=1e-6)
+        assert s.info().layer_tokens == [3, 5]
+        child = s.fork()
+        assert child.id.startswith(s.id + ":") and child._tokens == [3, 5]
+
+        # Retries: UNAVAILABLE, then the answer. Sent again only with a count.
+        calls = []
+
+        def flaky():
+            calls.append(1)
+            if len(calls) == 1:
+                raise _unavailable()
+            return "ok"
+        assert ss._with_retries(c, True, flaky) == "ok" and len(calls) == 2
+        calls.clear()
+        with pytest.raises(ac.Unavailable):
+            ss._with_retries(c, False, flaky)  # no count: never sent twice
+        assert len(calls) == 1
+    with AttentionClient(server) as plain:  # retry=False: once
+        calls.clear()
+        with pytest.raises(ac.Unavailable):
+            ss._with_retries(plain, True, flaky)
+        assert len(calls) == 1
+
+
+def _unavailable():
+    """An Unavailable as the client raises it for a gRPC UNAVAILABLE."""
+    from attention_client.errors import from_rpc_error
+
+    class E(grpc.RpcError):
+        def code(self):
+            return grpc.StatusCode.UNAVAILABLE
+
+        def details(self):
+            return "no attention-server replica is available"
+    return from_rpc_error(E())
+
+
 def test_session_fork_truncate_and_options(client):
     hq, hkv, d = 4, 2, 16
     r = np.random.default_rng(5)
@@ -627,7 +707,7 @@ def test_session_fork_truncate_and_options(client):
     parent = client.create_session(1, hkv, d, session_id="py-parent")
     assert parent.id == "py-parent"
     parent.extend(0, None, k0, v0)  # keys and values only: no query
-    child = parent.fork("py-child")
+    child = parent.fork(parent.id + ":child")
     assert child.info().layer_tokens == [40]
     used = client.list_sessions().cache_bytes_used
     assert child.info().cache_bytes == parent.info().cache_bytes
