@@ -8,10 +8,11 @@
 #   3. kills one replica (SIGKILL) in the middle of the run;
 #   4. checks that no call failed and that both replicas served calls, and
 #      prints the counts;
-#   5. with two fresh replicas, KV-cache sessions through nginx
-#      (deploy/lb_session_test.py): 50 sessions created and stepped, each
-#      answer checked, none NOT_FOUND; one replica killed: its sessions get
-#      NOT_FOUND/UNAVAILABLE with the clear message, the other's go on.
+#   5. with three fresh replicas, KV-cache session families through nginx
+#      (deploy/lb_session_test.py): 30 families (10 named by the client),
+#      each root forked twice, every member stepped and checked, none
+#      NOT_FOUND, each family on one replica; one replica killed: its
+#      families are lost whole, and nothing else.
 #   deploy/lb_test.sh [BUILD_DIR] [SECONDS]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -31,11 +32,11 @@ cleanup() {
 trap cleanup EXIT
 . "$root/tests/scripts/loopback.sh"
 
-# Two replicas (logs $tmp/NAME1.log and NAME2.log at LEVEL) and nginx in
-# front of them: sets pids, ports and lb_port.
-start_replicas_and_nginx() {  # NAME LEVEL
+# COUNT replicas (logs $tmp/NAME1.log, NAME2.log, ... at LEVEL) and nginx
+# in front of them: sets pids, ports and lb_port.
+start_replicas_and_nginx() {  # NAME LEVEL COUNT
   pids=() ports=()
-  for i in 1 2; do
+  for i in $(seq "$3"); do
     port=$(free_port)
     "$server" --host 127.0.0.1 --port "$port" --log-level "$2" >"$tmp/$1$i.log" 2>&1 &
     pids+=($!)
@@ -44,8 +45,9 @@ start_replicas_and_nginx() {  # NAME LEVEL
   done
   mkdir -p "$tmp/conf" "$tmp/temp"
   cp "$root/deploy/nginx/nginx.conf" "$tmp/conf/nginx.conf"
-  printf 'server 127.0.0.1:%s max_fails=1 fail_timeout=5s;\nserver 127.0.0.1:%s max_fails=1 fail_timeout=5s;\n' \
-    "${ports[0]}" "${ports[1]}" >"$tmp/conf/upstream.conf"
+  for port in "${ports[@]}"; do
+    echo "server 127.0.0.1:$port max_fails=1 fail_timeout=5s;"
+  done >"$tmp/conf/upstream.conf"
   lb_port=$(free_port)
   echo "listen 127.0.0.1:$lb_port http2;" >"$tmp/conf/listen.conf"
   nginx -p "$tmp" -c "$tmp/conf/nginx.conf" \
@@ -54,7 +56,7 @@ start_replicas_and_nginx() {  # NAME LEVEL
   echo "replicas on ${ports[*]}, nginx on $lb_port"
 }
 
-start_replicas_and_nginx replica debug
+start_replicas_and_nginx replica debug 2
 
 "$client" bench --target "127.0.0.1:$lb_port" --retry --op mha --model demo-mha-small --seq-q 16 \
   --concurrency 8 --duration "${seconds}s" --warmup 0.5s --no-progress --json "$tmp/bench.json" \
@@ -78,7 +80,8 @@ echo "PASS: both replicas served; no call failed when one was killed"
 # the x-attn-session header's consistent hash.
 kill "$(cat "$tmp/nginx.pid")"
 for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-start_replicas_and_nginx session info
+start_replicas_and_nginx session info 3
 stubs="$build/tests/client/python-stubs"
 PYTHONPATH="$stubs:$root/client/python" timeout 300 /usr/bin/python3 "$root/deploy/lb_session_test.py" \
-  "127.0.0.1:$lb_port" "127.0.0.1:${ports[0]}" "127.0.0.1:${ports[1]}" "${pids[1]}"
+  "127.0.0.1:$lb_port" 1 "127.0.0.1:${ports[0]}:${pids[0]}" "127.0.0.1:${ports[1]}:${pids[1]}" \
+  "127.0.0.1:${ports[2]}:${pids[2]}"
