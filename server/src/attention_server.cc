@@ -149,6 +149,7 @@ StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerCo
   s->dispatcher_ = std::make_unique<CallDispatcher>(options);
   s->service_ = std::make_unique<AttentionServiceImpl>(s->dispatcher_.get());
   s->StartSessions();
+  ATTN_RETURN_IF_ERROR(s->sessions_->reserve_status());  // never SERVING with no pool
   s->oip_service_ = std::make_unique<OipServiceImpl>(s->dispatcher_.get(), &s->ready_);
   auto credentials = Credentials(config);
   if (!credentials.ok()) return credentials.status();

@@ -65,9 +65,10 @@ Setter OneOf(std::vector<std::string> choices, void (*store)(ServerConfig*, cons
   };
 }
 
-// Seconds >= 0, given bare or with an s, m or h suffix ("90", "90s", "10m", "2h").
-Setter Duration(void (*store)(ServerConfig*, double)) {
-  return [store](const std::string& name, const std::string& v, ServerConfig* c) {
+// Seconds in [0, max_s], given bare or with an s, m or h suffix ("90",
+// "90s", "10m", "2h"). The bound keeps every later duration cast in range.
+Setter Duration(double max_s, void (*store)(ServerConfig*, double)) {
+  return [max_s, store](const std::string& name, const std::string& v, ServerConfig* c) {
     char* end = nullptr;
     const double x = std::strtod(v.c_str(), &end);
     const std::string unit = end != nullptr ? end : "";
@@ -78,6 +79,12 @@ Setter Duration(void (*store)(ServerConfig*, double)) {
     if (v.empty() || end == v.c_str() || mult < 0 || !std::isfinite(x) || x < 0) {
       return Status::InvalidArgument(
           name + ": expected a duration >= 0 such as 600, 90s, 10m or 2h, got '" + v + "'");
+    }
+    if (x * mult > max_s) {
+      return Status::InvalidArgument(name + ": expected a duration of at most " +
+                                     std::to_string(static_cast<int64_t>(max_s / 3600)) + "h (" +
+                                     std::to_string(static_cast<int64_t>(max_s)) + " s), got '" +
+                                     v + "'");
     }
     store(c, x * mult);
     return Status::Ok();
@@ -132,8 +139,8 @@ std::map<std::string, Flag> SessionFlags() {
       {"--session-idle-timeout",
        {"ATTN_SESSION_IDLE_TIMEOUT",
         "idle time after which a session expires and frees its pages, e.g. 600, 90s, 10m, 2h; "
-        "0 never (default 10m)",
-        Duration([](C* c, double x) { c->session_idle_timeout_s = x; })}},
+        "0 never, at most 720h (default 10m)",
+        Duration(30 * 24 * 3600.0, [](C* c, double x) { c->session_idle_timeout_s = x; })}},
   };
 }
 

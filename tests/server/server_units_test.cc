@@ -87,6 +87,18 @@ TEST(ServerConfig, SessionFlags) {
     EXPECT_NE(c.status().message().find("--session-idle-timeout: expected a duration"),
               std::string::npos);
   }
+  // Bounded: 30 days at most, so that no later duration cast overflows.
+  c = Parse({"--session-idle-timeout", "720h"});
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->session_idle_timeout_s, 2592000);
+  for (const char* bad : {"1e10", "721h", "1e300", "43201m"}) {
+    c = Parse({"--session-idle-timeout", bad});
+    ASSERT_FALSE(c.ok()) << bad;
+    EXPECT_EQ(c.status().message(),
+              std::string("--session-idle-timeout: expected a duration of at most 720h (2592000 "
+                          "s), got '") +
+                  bad + "'");
+  }
   EXPECT_FALSE(Parse({"--kv-cache-mb", "0"}).ok());
   EXPECT_EQ(c->max_sessions_per_principal, 0) << "no quota by default";
   EXPECT_EQ(c->kv_cache_bytes_per_principal, 0);

@@ -154,6 +154,10 @@ class KvCacheStore {
   // pool_bytes is rounded down to whole pages.
   explicit KvCacheStore(const KvStoreOptions& options);
   ~KvCacheStore();
+  // OK, or RESOURCE_EXHAUSTED giving the pool's size and the errno when its
+  // address space could not be reserved (ulimit -v, strict overcommit):
+  // such a store has no page, and a server must not start with it.
+  Status reserve_status() const;
   KvCacheStore(const KvCacheStore&) = delete;
   KvCacheStore& operator=(const KvCacheStore&) = delete;
 

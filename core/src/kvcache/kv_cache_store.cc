@@ -2,6 +2,7 @@
 // Extend, the one call that writes pages, is kv_extend.cc.
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <tuple>
 
 #include "kvcache/session.h"
@@ -401,6 +402,17 @@ int64_t KvCacheStore::num_sessions() const {
   return impl_->num_sessions;
 }
 const KvStoreOptions& KvCacheStore::options() const { return impl_->options; }
+
+Status KvCacheStore::reserve_status() const {
+  const int err = impl_->pool.reserve_errno();
+  if (err == 0) return Status::Ok();
+  return Status::ResourceExhausted(
+      "KV-cache pool: could not reserve " + std::to_string(impl_->options.pool_bytes >> 20) +
+      " MiB (" + std::to_string(impl_->options.pool_bytes) +
+      " bytes) of address space: " + std::strerror(err) + " (errno " + std::to_string(err) +
+      "); lower --kv-cache-mb, or raise the process's address-space limit (ulimit -v) or the "
+      "overcommit limit");
+}
 
 Status CheckSessionId(const std::string& id, const std::string& field) {
   return internal::CheckSessionId(id, field.c_str());

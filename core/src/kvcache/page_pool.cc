@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <string>
 
@@ -23,6 +24,7 @@ PagePool::PagePool(int64_t pool_bytes, int64_t page_bytes) : page_bytes_(page_by
     void* p = mmap(nullptr, static_cast<size_t>(mapped_bytes_ + kHuge), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
+      map_errno_ = errno;
       num_pages_ = 0;
       mapped_bytes_ = 0;
     } else {

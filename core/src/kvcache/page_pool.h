@@ -34,6 +34,9 @@ class PagePool {
   PagePool(const PagePool&) = delete;
   PagePool& operator=(const PagePool&) = delete;
 
+  // The errno of a failed reservation (ulimit -v, strict overcommit), which
+  // leaves the pool with no page; 0 when it was reserved.
+  int reserve_errno() const { return map_errno_; }
   // A new owner's index (its page count starts at 0).
   int32_t NewOwner();
   // `n` fresh pages (refcount 1) of `owner` appended to `out`, or
@@ -58,6 +61,7 @@ class PagePool {
  private:
   const int64_t page_bytes_;
   int64_t num_pages_ = 0;
+  int map_errno_ = 0;    // why the mapping failed (0: it did not)
   void* map_ = nullptr;  // the mapping; base_ is its first 2 MiB boundary
   uint8_t* base_ = nullptr;
   int64_t mapped_bytes_ = 0;
