@@ -83,9 +83,15 @@ class ManifestTest(unittest.TestCase):
         limit = self.container["resources"]["limits"]["memory"]
         self.assertEqual(self.container["resources"]["requests"]["memory"], limit)
         mib = int(limit[:-2]) * (1024 if limit.endswith("Gi") else 1)
-        # The pool the server logs at start-up for this limit: limit - 512 - 256 MiB.
-        proc = subprocess.Popen([SERVER, "--host", "127.0.0.1", "--port", "0"],
-                                env=dict(os.environ, ATTN_CONTAINER_MEMORY_MB=str(mib)),
+        cpus = int(self.container["resources"]["limits"]["cpu"])
+        request_mb = int(env["ATTN_MAX_REQUEST_MEMORY_MB"]["value"])
+        # The pool the server logs at start-up in this pod (its environment,
+        # its CPUs): the limit less gRPC's quota (512), the server (256), a
+        # request per compute thread and the metadata (1/32 of the pool + 16).
+        plain = {name: e["value"] for name, e in env.items() if "value" in e}
+        proc = subprocess.Popen([SERVER, "--host", "127.0.0.1", "--port", "0",
+                                 "--threads", str(cpus)],
+                                env=dict(os.environ, ATTN_CONTAINER_MEMORY_MB=str(mib), **plain),
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
             pool = None
@@ -96,7 +102,9 @@ class ManifestTest(unittest.TestCase):
                     pool = int(m.group(1))
                 if pool is not None or not line or "SERVING" in line:
                     break
-            self.assertEqual(pool, mib - 512 - 256)
+            self.assertEqual(pool, (mib - 512 - 256 - cpus * request_mb - 16) * 32 // 33)
+            self.assertLessEqual(pool + pool // 32 + 16 + 512 + 256 + cpus * request_mb, mib,
+                                 "every budget fits the pod")
         finally:
             proc.kill()
             proc.wait()

@@ -292,10 +292,11 @@ void AttentionServer::LogTransport() const {
 
 void AttentionServer::LogSessionPool() const {
   LogMessage(spdlog::level::info,
-             fmt::format("KV-cache sessions: pool {} MiB in pages of {} KiB, at most {} sessions "
-                         "of {} tokens a layer, idle timeout {}",
+             fmt::format("KV-cache sessions: pool {} MiB in pages of {} KiB, their metadata at "
+                         "most {} MiB, at most {} sessions of {} tokens a layer, idle timeout {}",
                          sessions_->bytes_limit() >> 20, sessions_->options().page_bytes >> 10,
-                         config_.max_sessions, config_.max_session_tokens,
+                         sessions_->metadata_bytes_limit() >> 20, config_.max_sessions,
+                         config_.max_session_tokens,
                          config_.session_idle_timeout_s > 0
                              ? fmt::format("{:g} s", config_.session_idle_timeout_s)
                              : std::string("off")));
@@ -362,6 +363,8 @@ std::string AttentionServer::RenderMetrics() const {
   sg.max_sessions = config_.max_sessions;
   sg.bytes_used = sessions_->bytes_used();
   sg.bytes_limit = sessions_->bytes_limit();
+  sg.metadata_bytes = sessions_->metadata_bytes();
+  sg.metadata_limit = sessions_->metadata_bytes_limit();
   sg.owners = sessions_->Owners();
   return metrics_->Render(g) + session_metrics_->Render(sg);
 }

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <map>
 
+#include "attn/threading.h"
+
 namespace attn::server {
 namespace {
 
@@ -322,8 +324,14 @@ StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& args,
     return Status::InvalidArgument("--tls-client-ca (mutual TLS) needs --tls-cert and --tls-key");
   }
   if (!c.kv_cache_given && c.container_memory_mb > 0) {
-    const int64_t mb = c.container_memory_mb - (c.memory_quota_bytes >> 20) - 256;
-    c.kv_cache_bytes = std::max<int64_t>(64, mb) << 20;
+    // Everything but the pool: what gRPC may hold (--memory-quota-mb), the
+    // server itself (256 MiB with its models), one request's buffers per
+    // compute thread (--max-request-memory-mb), and the sessions' metadata,
+    // whose limit is 1/32 of the pool and 16 MiB.
+    const int64_t threads = c.threads > 0 ? c.threads : AvailableCpus();
+    const int64_t rest = c.container_memory_mb - (c.memory_quota_bytes >> 20) - 256 -
+                         threads * (c.limits.max_request_memory_bytes >> 20) - 16;
+    c.kv_cache_bytes = std::max<int64_t>(64, rest * 32 / 33) << 20;
   }
   return c;
 }

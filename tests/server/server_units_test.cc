@@ -107,12 +107,19 @@ TEST(ServerConfig, SessionFlags) {
   EXPECT_EQ(c->max_sessions_per_principal, 16);
   EXPECT_EQ(c->kv_cache_bytes_per_principal, int64_t{64} << 20);
   EXPECT_FALSE(Parse({"--max-sessions-per-principal", "-1"}).ok());
-  // A 2 GiB container: 2048 - 512 (--memory-quota-mb) - 256 MiB for the pool.
-  c = Parse({}, {{"ATTN_CONTAINER_MEMORY_MB", "2048"}});
+  // The pool from the container's limit: what is left after gRPC's quota,
+  // 256 MiB for the server, one request per compute thread and the
+  // sessions' metadata (1/32 of the pool + 16 MiB). The shipped pod: 4 GiB,
+  // 2 threads, --max-request-memory-mb 256.
+  c = Parse({"--threads", "2", "--max-request-memory-mb", "256"},
+            {{"ATTN_CONTAINER_MEMORY_MB", "4096"}});
   ASSERT_TRUE(c.ok());
-  EXPECT_EQ(c->kv_cache_bytes, int64_t{1280} << 20);
-  c = Parse({"--memory-quota-mb", "128"}, {{"ATTN_CONTAINER_MEMORY_MB", "8192"}});
-  EXPECT_EQ(c->kv_cache_bytes, int64_t{8192 - 128 - 256} << 20);
+  EXPECT_EQ(c->kv_cache_bytes, int64_t{(4096 - 512 - 256 - 2 * 256 - 16) * 32 / 33} << 20);
+  EXPECT_EQ(c->kv_cache_bytes >> 20, 2715);
+  const int64_t pool = c->kv_cache_bytes >> 20, metadata = pool / 32 + 16;
+  EXPECT_LE(pool + metadata + 512 + 256 + 2 * 256, 4096) << "every budget fits the pod";
+  c = Parse({"--threads", "1", "--memory-quota-mb", "128"}, {{"ATTN_CONTAINER_MEMORY_MB", "8192"}});
+  EXPECT_EQ(c->kv_cache_bytes, int64_t{(8192 - 128 - 256 - 2048 - 16) * 32 / 33} << 20);
   c = Parse({}, {{"ATTN_CONTAINER_MEMORY_MB", "300"}});
   EXPECT_EQ(c->kv_cache_bytes, int64_t{64} << 20) << "at least 64 MiB";
   c = Parse({"--kv-cache-mb", "100"}, {{"ATTN_CONTAINER_MEMORY_MB", "8192"}});

@@ -392,13 +392,22 @@ TEST(SessionServer, IdleSessionsExpireAndTheGaugeFalls) {
   Remote r{"idle", 2, ReplaySession(1, 2, 16, 16, ReplayType::kFloat32)};
   v1::ExtendRequest req;
   AddStep(r, MakeStep(r, 1, 40, rng), &req);
+  req.mutable_steps(0)->set_expected_tokens(0);
   ASSERT_TRUE(sessions.Extend(req).ok());
+  auto again = sessions.Extend(req);  // a retry: a replay, counted as one
+  ASSERT_TRUE(again.ok());
+  ASSERT_TRUE(again->replayed(0));
   httplib::Client http("127.0.0.1", server->metrics_port());
   auto scrape = [&] {
     auto res = http.Get("/metrics");
     return res ? res->body : std::string();
   };
-  EXPECT_NE(scrape().find("attn_session_tokens_appended_total 40"), std::string::npos);
+  const std::string before = scrape();
+  EXPECT_NE(before.find("attn_session_tokens_appended_total 40\n"), std::string::npos) << before;
+  EXPECT_NE(before.find("attn_session_steps_replayed_total 1\n"), std::string::npos);
+  EXPECT_EQ(before.find("attn_kv_session_metadata_bytes 0\n"), std::string::npos)
+      << "a live session's state is counted";
+  EXPECT_NE(before.find("attn_kv_session_metadata_bytes_limit "), std::string::npos);
   bool gone = false;
   for (int i = 0; i < 100 && !gone; ++i) {  // at most 5 s; List touches no session (Get would)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -408,11 +417,12 @@ TEST(SessionServer, IdleSessionsExpireAndTheGaugeFalls) {
   const std::string m = scrape();
   EXPECT_NE(m.find("attn_sessions 0"), std::string::npos) << m;
   EXPECT_NE(m.find("attn_kv_cache_bytes_used 0"), std::string::npos);
+  EXPECT_NE(m.find("attn_kv_session_metadata_bytes 0\n"), std::string::npos) << "freed with it";
   EXPECT_NE(m.find("attn_session_expired_total 1"), std::string::npos);
-  EXPECT_NE(m.find("attn_session_steps_total{n=\"1\"} 1"), std::string::npos);
-  EXPECT_NE(m.find("attn_extend_duration_seconds_count{batch=\"1\"} 1"), std::string::npos);
+  EXPECT_NE(m.find("attn_session_steps_total{n=\"1\"} 2"), std::string::npos);
+  EXPECT_NE(m.find("attn_extend_duration_seconds_count{batch=\"1\"} 2"), std::string::npos);
   EXPECT_NE(m.find("attn_requests_total{rpc=\"Extend\",model=\"-\",code=\"OK\",protocol="
-                   "\"attention.v1\"} 1"),
+                   "\"attention.v1\"} 2"),
             std::string::npos);
 }
 

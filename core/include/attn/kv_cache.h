@@ -82,6 +82,10 @@ struct KvStoreOptions {
   // sessions share it).
   int64_t max_sessions_per_owner = 0;  // --max-sessions-per-principal
   int64_t pool_bytes_per_owner = 0;    // --kv-cache-mb-per-principal
+  // Bytes the sessions' own memory (state, ids, page tables: outside the
+  // pool's pages) may take together; 0: pool_bytes / 32 + 16 MiB. Create
+  // and Fork (whose page tables are copies) past it: RESOURCE_EXHAUSTED.
+  int64_t metadata_bytes_limit = 0;
 };
 
 // One owner's use of the store.
@@ -158,6 +162,9 @@ class KvCacheStore {
   // address space could not be reserved (ulimit -v, strict overcommit):
   // such a store has no page, and a server must not start with it.
   Status reserve_status() const;
+  // The sessions' metadata bytes (outside the pool's pages), and its limit.
+  int64_t metadata_bytes() const;
+  int64_t metadata_bytes_limit() const;
   KvCacheStore(const KvCacheStore&) = delete;
   KvCacheStore& operator=(const KvCacheStore&) = delete;
 

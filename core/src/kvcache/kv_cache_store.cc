@@ -40,6 +40,24 @@ KvSession::KvSession(const KvSessionSpec& s, int64_t tpp, PagePool* p, int32_t o
 
 KvSession::~KvSession() {
   for (KvLayer& l : layers) pool->Release(l.pages.data(), static_cast<int64_t>(l.pages.size()));
+  pool->AddMetadata(-metadata_counted);
+}
+
+int64_t KvSession::MetadataBytesLocked() const {
+  // The object, its map entry and shared_ptr block (about 256 bytes with the
+  // allocator's), its ids, its layers and every layer's page table.
+  int64_t bytes = static_cast<int64_t>(sizeof(KvSession)) + 256 +
+                  static_cast<int64_t>(spec.session_id.capacity() + spec.owner.capacity()) +
+                  static_cast<int64_t>(layers.capacity() * sizeof(KvLayer));
+  for (const KvLayer& l : layers)
+    bytes += static_cast<int64_t>(l.pages.capacity() * sizeof(PageId));
+  return bytes;
+}
+
+void KvSession::RecountMetadataLocked() {
+  const int64_t now = MetadataBytesLocked();
+  pool->AddMetadata(now - metadata_counted);
+  metadata_counted = now;
 }
 
 KvSessionInfo KvSession::InfoLocked() const {
@@ -91,7 +109,21 @@ std::string NotFoundMessage(const std::string& id, const std::string& where) {
 }  // namespace internal
 
 KvCacheStore::Impl::Impl(const KvStoreOptions& o)
-    : options(o), pool(o.pool_bytes, o.page_bytes), rng(std::random_device{}()) {}
+    : options(o),
+      pool(o.pool_bytes, o.page_bytes),
+      metadata_limit(o.metadata_bytes_limit > 0 ? o.metadata_bytes_limit
+                                                : o.pool_bytes / 32 + (int64_t{16} << 20)),
+      rng(std::random_device{}()) {}
+
+Status KvCacheStore::Impl::CheckMetadata(int64_t more, const char* call) const {
+  const int64_t used = pool.metadata_bytes();
+  if (used + more <= metadata_limit) return Status::Ok();
+  return Status::ResourceExhausted(
+      std::string(call) + ": the sessions' metadata (state and page tables) takes " +
+      std::to_string(used) + " bytes, and this session " + std::to_string(more) +
+      " more, over the limit of " + std::to_string(metadata_limit) +
+      " bytes (1/32 of --kv-cache-mb and 16 MiB); delete sessions or forks");
+}
 
 StatusOr<std::shared_ptr<internal::KvSession>> KvCacheStore::Impl::Find(const std::string& owner,
                                                                         const std::string& id,
@@ -198,6 +230,8 @@ StatusOr<KvSessionInfo> KvCacheStore::Create(const KvSessionSpec& spec) {
   Impl::Owner& owner = impl_->OwnerLocked(s.owner);
   ATTN_RETURN_IF_ERROR(impl_->CheckNewIdLocked(s.owner, owner, &s.session_id));
   auto session = std::make_shared<KvSession>(s, tpp, &impl_->pool, owner.index);
+  ATTN_RETURN_IF_ERROR(impl_->CheckMetadata(session->MetadataBytesLocked(), "create"));
+  session->RecountMetadataLocked();
   owner.sessions.emplace(s.session_id, session);
   ++impl_->num_sessions;
   return session->InfoLocked();
@@ -253,6 +287,10 @@ StatusOr<KvSessionInfo> KvCacheStore::Fork(const std::string& owner_name, const 
     }
     parent.last_used = SteadyClock::now();
   }
+  // Its page tables are copies: a fork of a long session is counted here
+  // (the child, refused, gives its pages back as it goes).
+  ATTN_RETURN_IF_ERROR(impl_->CheckMetadata(child->MetadataBytesLocked(), "fork"));
+  child->RecountMetadataLocked();
   owner.sessions.emplace(child_id, child);
   ++impl_->num_sessions;
   return child->InfoLocked();
@@ -279,6 +317,7 @@ StatusOr<KvSessionInfo> KvCacheStore::Truncate(const std::string& owner, const s
     l.pages.resize(keep);
     l.tokens = tokens;
   }
+  session->RecountMetadataLocked();
   session->last_used = SteadyClock::now();
   return session->InfoLocked();
 }
@@ -402,6 +441,9 @@ int64_t KvCacheStore::num_sessions() const {
   return impl_->num_sessions;
 }
 const KvStoreOptions& KvCacheStore::options() const { return impl_->options; }
+
+int64_t KvCacheStore::metadata_bytes() const { return impl_->pool.metadata_bytes(); }
+int64_t KvCacheStore::metadata_bytes_limit() const { return impl_->metadata_limit; }
 
 Status KvCacheStore::reserve_status() const {
   const int err = impl_->pool.reserve_errno();

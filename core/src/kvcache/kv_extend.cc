@@ -323,6 +323,7 @@ void Commit(int64_t layer, std::vector<StepPlan>& plans, internal::PagePool* poo
       if (!p.replay) {  // a replay leaves the layer as it is
         l.pages.swap(p.table);
         l.tokens = p.after;
+        p.session->RecountMetadataLocked();
       }
       l.busy = false;
       --p.session->busy_layers;

@@ -3,6 +3,7 @@
 // pages). Internal to core.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -37,6 +38,10 @@ class PagePool {
   // The errno of a failed reservation (ulimit -v, strict overcommit), which
   // leaves the pool with no page; 0 when it was reserved.
   int reserve_errno() const { return map_errno_; }
+  // The sessions' own memory outside the pages (their state and page
+  // tables), counted here so that every session can keep its share current.
+  void AddMetadata(int64_t delta) { metadata_bytes_.fetch_add(delta, std::memory_order_relaxed); }
+  int64_t metadata_bytes() const { return metadata_bytes_.load(std::memory_order_relaxed); }
   // A new owner's index (its page count starts at 0).
   int32_t NewOwner();
   // `n` fresh pages (refcount 1) of `owner` appended to `out`, or
@@ -61,7 +66,8 @@ class PagePool {
  private:
   const int64_t page_bytes_;
   int64_t num_pages_ = 0;
-  int map_errno_ = 0;    // why the mapping failed (0: it did not)
+  int map_errno_ = 0;  // why the mapping failed (0: it did not)
+  std::atomic<int64_t> metadata_bytes_{0};
   void* map_ = nullptr;  // the mapping; base_ is its first 2 MiB boundary
   uint8_t* base_ = nullptr;
   int64_t mapped_bytes_ = 0;

@@ -43,6 +43,11 @@ struct KvSession {
 
   int64_t page_elems_k() const { return tokens_per_page * spec.head_dim; }
   KvSessionInfo InfoLocked() const;
+  // Its memory outside the pages: the state, ids and page tables.
+  int64_t MetadataBytesLocked() const;
+  // Brings the pool's metadata count up to date with this session's.
+  void RecountMetadataLocked();
+  int64_t metadata_counted = 0;  // its share of the pool's metadata count
 };
 
 // "[A-Za-z0-9._-]{1,128}", or INVALID_ARGUMENT naming `field`.
@@ -80,11 +85,15 @@ class KvCacheStore::Impl {
   // An empty *id becomes `prefix` and 16 random hex digits.
   Status CheckNewIdLocked(const std::string& owner, Owner& o, std::string* id,
                           const std::string& prefix = "s-");
+  // OK, or RESOURCE_EXHAUSTED when `more` bytes of session metadata would
+  // pass the limit.
+  Status CheckMetadata(int64_t more, const char* call) const;
   // What the pool needs to charge pages to a session's owner.
   internal::PoolOwner PoolOwnerOf(const internal::KvSession& s) const;
 
   const KvStoreOptions options;
   internal::PagePool pool;
+  const int64_t metadata_limit;  // bytes of session metadata (state, page tables)
   mutable std::mutex map_mu;
   std::unordered_map<std::string, Owner> owners;  // guarded by map_mu
   int64_t num_sessions = 0;                       // guarded by map_mu

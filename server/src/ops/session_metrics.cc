@@ -56,8 +56,17 @@ std::string SessionMetrics::Render(const SessionGauges& g) const {
        static_cast<double>(g.bytes_used));
   line("attn_kv_cache_bytes_limit", "gauge", "The KV-cache page pool (--kv-cache-mb), in bytes.",
        static_cast<double>(g.bytes_limit));
+  line("attn_kv_session_metadata_bytes", "gauge",
+       "Bytes of the sessions' own memory outside the pool (state, ids, page tables).",
+       static_cast<double>(g.metadata_bytes));
+  line("attn_kv_session_metadata_bytes_limit", "gauge",
+       "Their limit (1/32 of --kv-cache-mb and 16 MiB): create and fork past it are refused.",
+       static_cast<double>(g.metadata_limit));
   line("attn_session_tokens_appended_total", "counter", "Tokens appended to KV caches.",
        static_cast<double>(tokens_.load()));
+  line("attn_session_steps_replayed_total", "counter",
+       "Session steps that were replays of an applied step (expected_tokens): nothing appended.",
+       static_cast<double>(replays_.load()));
   line("attn_session_forks_total", "counter", "Sessions forked.",
        static_cast<double>(forks_.load()));
   line("attn_session_truncations_total", "counter", "Sessions truncated.",

@@ -17,7 +17,8 @@ namespace attn::server {
 
 struct SessionGauges {
   int64_t sessions = 0, bytes_used = 0, bytes_limit = 0, max_sessions = 0;
-  std::vector<KvOwnerUsage> owners;  // each principal's sessions and bytes
+  int64_t metadata_bytes = 0, metadata_limit = 0;  // the sessions' own memory, outside the pool
+  std::vector<KvOwnerUsage> owners;                // each principal's sessions and bytes
 };
 
 class SessionMetrics {
@@ -30,6 +31,10 @@ class SessionMetrics {
   void RecordExtend(int64_t steps, double seconds);
   void RecordStep(int64_t n_q, int64_t n_kv);
   void RecordFork() { forks_.fetch_add(1, std::memory_order_relaxed); }
+  // Steps that were replays (expected_tokens: already applied, nothing appended).
+  void RecordReplays(int64_t n) {
+    replays_.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
+  }
   void RecordTruncate() { truncations_.fetch_add(1, std::memory_order_relaxed); }
   // A session of `owner` expired.
   void RecordExpired(const std::string& owner);
@@ -38,7 +43,7 @@ class SessionMetrics {
   std::string Render(const SessionGauges& g) const;
 
  private:
-  std::atomic<uint64_t> tokens_{0}, forks_{0}, truncations_{0}, expired_{0};
+  std::atomic<uint64_t> tokens_{0}, forks_{0}, truncations_{0}, expired_{0}, replays_{0};
   mutable std::mutex expired_mu_;
   std::map<std::string, uint64_t> expired_by_;  // by principal label (bounded)
   std::array<std::atomic<uint64_t>, kStepBuckets> steps_{};

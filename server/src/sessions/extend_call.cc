@@ -177,9 +177,14 @@ Status PrepareExtend(const v1::ExtendRequest& req, KvCacheStore* store, const Re
       metrics->RecordExtend(
           static_cast<int64_t>(s->steps.size()),
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      for (const KvStep& st : s->steps) {
-        metrics->RecordStep(st.query.dim(1), st.key ? st.key->dim(1) : 0);
+      int64_t replays = 0;
+      for (size_t i = 0; i < s->steps.size(); ++i) {
+        const KvStep& st = s->steps[i];
+        const bool replayed = i < s->result.replayed.size() && s->result.replayed[i];
+        replays += replayed ? 1 : 0;
+        metrics->RecordStep(st.query.dim(1), st.key && !replayed ? st.key->dim(1) : 0);
       }
+      metrics->RecordReplays(replays);
     }
     return AttentionResult{};  // the answers are the state's, for respond
   };

@@ -278,6 +278,63 @@ TEST(KvCache, ForkOfALongSessionAllocatesNoPage) {
   EXPECT_EQ(store.Get("", "long")->cache_bytes, raw);
 }
 
+// The sessions' own memory (state, page tables) is outside the pool's
+// pages: counted, freed with them, and bounded, so that many-layer sessions
+// or forks of a long session (whose page tables are copies) cannot grow it
+// without limit.
+TEST(KvCache, SessionMetadataIsCountedAndBounded) {
+  attn::KvStoreOptions o = SmallPool();
+  o.metadata_bytes_limit = 1 << 20;
+  o.max_sessions = 4096;
+  KvCacheStore store(o);
+  EXPECT_EQ(store.metadata_bytes(), 0);
+  EXPECT_EQ(store.metadata_bytes_limit(), 1 << 20);
+  Tracked t = Open(store, "long", 1, 1, 1, 8, 8, CacheType::kFloat32);
+  const int64_t one = store.metadata_bytes();
+  EXPECT_GT(one, 0);
+  std::mt19937 rng(3);
+  const std::vector<float> kv = attn_test::Normal(4096 * 8, rng);
+  std::vector<float> none;
+  KvStep st{"long", TensorView::Dense(none.data(), {1, 0, 8}),
+            TensorView::Dense(kv.data(), {1, 4096, 8}), TensorView::Dense(kv.data(), {1, 4096, 8})};
+  ASSERT_TRUE(store.Extend(0, {st}, {}).ok());  // 256 pages of 16 tokens
+  const int64_t filled = store.metadata_bytes();
+  EXPECT_GE(filled - one, 256 * 4) << "its page table is counted";
+  ASSERT_TRUE(store.Fork("", "long", "long:1").ok());
+  EXPECT_GE(store.metadata_bytes() - filled, 256 * 4) << "a fork's page table is a copy";
+  // Many-layer sessions until the limit: refused, naming it, nothing made.
+  int made = 0;
+  attn::Status refused;
+  for (int i = 0; i < 64 && refused.ok(); ++i) {
+    KvSessionSpec wide;
+    wide.session_id = "wide-" + std::to_string(i);
+    wide.num_layers = 4096;
+    wide.num_kv_heads = 1;
+    wide.head_dim = 8;
+    auto r = store.Create(wide);
+    made += r.ok() ? 1 : 0;
+    refused = r.status();
+  }
+  EXPECT_GT(made, 0);
+  attn_test::ExpectStatus(refused, StatusCode::kResourceExhausted,
+                          "create: the sessions' metadata (state and page tables) takes");
+  EXPECT_LE(store.metadata_bytes(), 1 << 20);
+  EXPECT_EQ(store.List("").size(), static_cast<size_t>(made) + 2);
+  // Forks of the long session too, once the limit is near.
+  attn::Status fork;
+  for (int i = 2; i < 2000 && fork.ok(); ++i) {
+    fork = store.Fork("", "long", "long:" + std::to_string(i)).status();
+  }
+  attn_test::ExpectStatus(fork, StatusCode::kResourceExhausted, "fork: the sessions' metadata");
+  EXPECT_LE(store.metadata_bytes(), 1 << 20);
+  for (const attn::KvSessionInfo& s : store.List("")) {
+    ASSERT_TRUE(store.Delete("", s.spec.session_id).ok());
+  }
+  EXPECT_EQ(store.metadata_bytes(), 0) << "all given back";
+  EXPECT_EQ(store.bytes_used(), 0);
+  (void)t;
+}
+
 TEST(KvCache, TruncateThenExtend) {
   KvCacheStore store(SmallPool());
   std::mt19937 rng(9);
