@@ -358,9 +358,14 @@ class Session:
                 and compute_precision is None and _f32(query) and _f32(key) and _f32(value)):
             # The decode step of a loop: straight to its bytes and back.
             payload = _one_step(layer, self.id, query, key, value, _CAUSAL_TAIL, expected)
-            resp = _with_retries(self._client, expected is not None, lambda: self._client._call_raw(
-                self._client._extend, payload, self._metadata))
-            self._appended(layer, expected, key)
+            client = self._client
+            if expected is None:
+                resp = client._call_raw(client._extend, payload, self._metadata)
+            else:
+                resp = (_with_retries(client, True, lambda: client._call_raw(
+                    client._extend, payload, self._metadata)) if client._retry
+                    else client._call_raw(client._extend, payload, self._metadata))
+                self._tokens[layer] = expected + key.shape[1]
             return extend_results(resp, _ONE_F32, False)[0]
         return self._client.extend_many(
             layer, [(self, query, key, value)], causal=causal, window=window,
