@@ -3,8 +3,11 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -160,6 +163,11 @@ StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerCo
   const std::string address = config.host + ":" + std::to_string(config.port);
   ConfigureTransport(config, &builder);
   builder.AddListeningPort(address, *credentials, &s->port_);
+  int unix_bound = 0;
+  if (!config.unix_socket.empty()) {
+    // gRPC removes a stale socket file before binding.
+    builder.AddListeningPort("unix:" + config.unix_socket, *credentials, &unix_bound);
+  }
   builder.RegisterService(s->service_.get());
   builder.RegisterService(s->oip_service_.get());
   builder.RegisterService(s->session_service_.get());
@@ -167,6 +175,19 @@ StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerCo
   if (!s->server_ || s->port_ == 0) {
     return Status::FailedPrecondition("cannot listen on " + address +
                                       " (in use, or a bad address?)");
+  }
+  if (!config.unix_socket.empty()) {
+    if (unix_bound == 0) {
+      return Status::FailedPrecondition("--unix-socket: cannot listen on " + config.unix_socket +
+                                        " (its directory missing or not writable?)");
+    }
+    // The owner and its group may connect; anyone else is refused by the
+    // kernel, before gRPC or a token is involved.
+    if (chmod(config.unix_socket.c_str(), 0660) != 0) {
+      return Status::FailedPrecondition("--unix-socket: chmod 0660 " + config.unix_socket + ": " +
+                                        std::strerror(errno));
+    }
+    LogMessage(spdlog::level::info, "listening on unix:" + config.unix_socket + " (mode 0660)");
   }
   s->SetServing(false);
   if (s->metrics_) {

@@ -149,6 +149,20 @@ std::map<std::string, Flag> SessionFlags() {
 const std::map<std::string, Flag>& Flags() {
   using C = ServerConfig;
   static auto* flags = new std::map<std::string, Flag>{
+      {"--unix-socket",
+       {"ATTN_UNIX_SOCKET",
+        "also serve gRPC on this Unix-domain socket path (clients: unix:PATH), for an engine on "
+        "the same machine or pod; same credentials, tokens, limits and metrics; the file is made "
+        "mode 0660 (default: none)",
+        [](const std::string& name, const std::string& v, C* c) {
+          // sun_path holds 107 bytes and a NUL.
+          if (v.empty() || v.size() > 107) {
+            return Status::InvalidArgument(name + ": expected a path of 1-107 bytes, got " +
+                                           std::to_string(v.size()));
+          }
+          c->unix_socket = v;
+          return Status::Ok();
+        }}},
       {"--host",
        {"ATTN_HOST", "address to listen on (default 0.0.0.0)",
         [](const std::string& name, const std::string& v, C* c) {

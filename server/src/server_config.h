@@ -13,8 +13,12 @@
 namespace attn::server {
 
 struct ServerConfig {
-  std::string host = "0.0.0.0";    // --host, ATTN_HOST
-  int port = 50051;                // --port, ATTN_PORT (0 picks a free port)
+  std::string host = "0.0.0.0";  // --host, ATTN_HOST
+  int port = 50051;              // --port, ATTN_PORT (0 picks a free port)
+  // --unix-socket, ATTN_UNIX_SOCKET: also serve gRPC on this Unix-domain
+  // socket (a co-located engine), with the same credentials, tokens, limits
+  // and metrics; the file is made mode 0660. Empty: none.
+  std::string unix_socket;
   std::string model_dir;           // --model-dir, ATTN_MODEL_DIR; empty: demo models
   int threads = 0;                 // --threads, ATTN_THREADS; 0: the CPUs this process may use
   std::string log_level = "info";  // --log-level, ATTN_LOG_LEVEL

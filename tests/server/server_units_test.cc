@@ -87,6 +87,14 @@ TEST(ServerConfig, SessionFlags) {
     EXPECT_NE(c.status().message().find("--session-idle-timeout: expected a duration"),
               std::string::npos);
   }
+  // --unix-socket: a path sun_path can hold.
+  c = Parse({"--unix-socket", "/run/attn/attn.sock"});
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->unix_socket, "/run/attn/attn.sock");
+  EXPECT_FALSE(Parse({"--unix-socket", ""}).ok());
+  c = Parse({"--unix-socket", "/" + std::string(107, 'x')});
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(), "--unix-socket: expected a path of 1-107 bytes, got 108");
   // Bounded: 30 days at most, so that no later duration cast overflows.
   c = Parse({"--session-idle-timeout", "720h"});
   ASSERT_TRUE(c.ok());
