@@ -1,9 +1,10 @@
 // The decode kernel's dot products (decode_attention.cc): scores of a
 // task's query rows against a page's keys, and the weighted sum of its
 // values. AVX2 + FMA + F16C versions that widen the page's elements in
-// registers (D and Dv multiples of 8), chosen once from KernelTier(); the
-// AVX-512 tier runs them too, the task being bound by the memory it reads
-// rather than by the vector width. Portable loops for the portable tier and
+// registers (D and Dv multiples of 8), and on the AVX-512 tier the same
+// sixteen lanes wide for D and Dv multiples of 16 (half the instructions
+// per byte: on a CPU with fast memory the AVX2 loops ran out of
+// instructions before bandwidth). Portable loops for the portable tier and
 // for other widths. Internal to core.
 #pragma once
 
