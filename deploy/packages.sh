@@ -17,7 +17,7 @@ FUZZ_PACKAGES=(clang-14 libclang-rt-14-dev)
 # run_core_bench.sh and run_server_bench.sh when they find python3-torch.
 TORCH_BENCH_PACKAGES=(libopenblas0-pthread)
 TEST_PACKAGES=(libgtest-dev libbenchmark-dev python3-grpc-tools yamllint openssl
-  python3-pytest curl python3-h2 chromium "${PYTHON_CLIENT_PACKAGES[@]}")
+  python3-pytest curl python3-h2 chromium python3-onnx "${PYTHON_CLIENT_PACKAGES[@]}")
 
 # ensure_packages PKG...: apt-get installs the packages that are not
 # installed yet; does nothing (not even apt-get update) when all are present.
