@@ -53,6 +53,23 @@ bool IsLoopbackHost(const std::string& host) {
   return host == "localhost" || host == "::1" || host == "[::1]" || host.rfind("127.", 0) == 0;
 }
 
+// After BuildAndStart: the Unix socket (if any) bound, and made mode 0660:
+// its owner and group may connect, anyone else is refused by the kernel
+// before gRPC or a token is involved.
+Status CheckUnixSocket(const std::string& path, int bound) {
+  if (path.empty()) return Status::Ok();
+  if (bound == 0) {
+    return Status::FailedPrecondition("--unix-socket: cannot listen on " + path +
+                                      " (its directory missing or not writable?)");
+  }
+  if (chmod(path.c_str(), 0660) != 0) {
+    return Status::FailedPrecondition("--unix-socket: chmod 0660 " + path + ": " +
+                                      std::strerror(errno));
+  }
+  LogMessage(spdlog::level::info, "listening on unix:" + path + " (mode 0660)");
+  return Status::Ok();
+}
+
 void LogListening(const ServerConfig& config, int port, int threads) {
   const PrecisionPolicy policy = config.limits.compute_precision;
   LogMessage(
@@ -176,19 +193,7 @@ StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(const ServerCo
     return Status::FailedPrecondition("cannot listen on " + address +
                                       " (in use, or a bad address?)");
   }
-  if (!config.unix_socket.empty()) {
-    if (unix_bound == 0) {
-      return Status::FailedPrecondition("--unix-socket: cannot listen on " + config.unix_socket +
-                                        " (its directory missing or not writable?)");
-    }
-    // The owner and its group may connect; anyone else is refused by the
-    // kernel, before gRPC or a token is involved.
-    if (chmod(config.unix_socket.c_str(), 0660) != 0) {
-      return Status::FailedPrecondition("--unix-socket: chmod 0660 " + config.unix_socket + ": " +
-                                        std::strerror(errno));
-    }
-    LogMessage(spdlog::level::info, "listening on unix:" + config.unix_socket + " (mode 0660)");
-  }
+  ATTN_RETURN_IF_ERROR(CheckUnixSocket(config.unix_socket, unix_bound));
   s->SetServing(false);
   if (s->metrics_) {
     AttentionServer* self = s.get();

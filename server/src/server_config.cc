@@ -143,12 +143,18 @@ std::map<std::string, Flag> SessionFlags() {
         "idle time after which a session expires and frees its pages, e.g. 600, 90s, 10m, 2h; "
         "0 never, at most 720h (default 10m)",
         Duration(30 * 24 * 3600.0, [](C* c, double x) { c->session_idle_timeout_s = x; })}},
+      {"--max-extend-steps",
+       {"ATTN_MAX_EXTEND_STEPS",
+        "session steps in one Extend, counted in the request's bytes before any is parsed "
+        "(default 1024)",
+        Int(1, 1LL << 20, [](C* c, long long x) { c->limits.max_extend_steps = x; })}},
   };
 }
 
-const std::map<std::string, Flag>& Flags() {
+// Where the server listens besides --host and --port.
+std::map<std::string, Flag> ListenFlags() {
   using C = ServerConfig;
-  static auto* flags = new std::map<std::string, Flag>{
+  return {
       {"--unix-socket",
        {"ATTN_UNIX_SOCKET",
         "also serve gRPC on this Unix-domain socket path (clients: unix:PATH), for an engine on "
@@ -163,6 +169,12 @@ const std::map<std::string, Flag>& Flags() {
           c->unix_socket = v;
           return Status::Ok();
         }}},
+  };
+}
+
+const std::map<std::string, Flag>& Flags() {
+  using C = ServerConfig;
+  static auto* flags = new std::map<std::string, Flag>{
       {"--host",
        {"ATTN_HOST", "address to listen on (default 0.0.0.0)",
         [](const std::string& name, const std::string& v, C* c) {
@@ -231,11 +243,6 @@ const std::map<std::string, Flag>& Flags() {
         "result and intermediate buffers of one request, MiB (default 2048)",
         Int(1, 1LL << 30,
             [](C* c, long long x) { c->limits.max_request_memory_bytes = x << 20; })}},
-      {"--max-extend-steps",
-       {"ATTN_MAX_EXTEND_STEPS",
-        "session steps in one Extend, counted in the request's bytes before any is parsed "
-        "(default 1024)",
-        Int(1, 1LL << 20, [](C* c, long long x) { c->limits.max_extend_steps = x; })}},
       {"--compute-precision",
        {"ATTN_COMPUTE_PRECISION",
         "auto, float32 or bfloat16: the arithmetic of calls that do not choose; auto is bfloat16 "
@@ -274,6 +281,7 @@ const std::map<std::string, Flag>& Flags() {
   // Merged once (thread-safe static initialisation), before the first reader.
   static const bool merged = [] {
     flags->merge(SessionFlags());
+    flags->merge(ListenFlags());
     return true;
   }();
   (void)merged;

@@ -29,12 +29,6 @@ void PvPortable(const float* p, int64_t rows, int64_t ldp, const float* v, int64
   }
 }
 
-// Sums of four vectors' lanes: {sum a0, sum a1, sum a2, sum a3}.
-ATTN_AVX2 inline __m128 Sum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
-  const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
-  return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-}
-
 // ---- In-register widening (D and Dv multiples of 8) ------------------------
 // The page's elements are widened as they are loaded, never staged, and
 // the next page is prefetched a token at a time while this one is used:
@@ -60,16 +54,6 @@ struct LoadF16 {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
 };
-
-// Prefetches the bytes [j * bytes, (j + 1) * bytes) of `next` (null: none).
-// (GCC deletes a loop whose body is only _mm_prefetch as one without
-// effects; the asm statement keeps each prefetch.)
-inline void PrefetchToken(const uint8_t* next, int64_t bytes, int64_t j) {
-  if (next == nullptr) return;
-  for (int64_t b = 0; b < bytes; b += 64) {
-    asm volatile("prefetcht0 %0" : : "m"(*(next + j * bytes + b)));
-  }
-}
 
 template <typename L>
 ATTN_DECODE void QkFast(const float* q, int64_t rows, const typename L::T* k, int64_t c, int64_t d,
@@ -154,14 +138,6 @@ ATTN_DECODE void QkFast(const float* q, int64_t rows, const typename L::T* k, in
       s[r * lds + j] = _mm_cvtss_f32(Sum4(a, z, z, z));
     }
   }
-}
-
-// The next page's values, prefetched a slice per chunk of columns.
-inline void PrefetchSlice(const uint8_t* next, int64_t tb, int64_t c, int64_t x, int64_t dv,
-                          int64_t step) {
-  if (next == nullptr) return;
-  const int64_t chunks = dv / step, k = x / step;
-  for (int64_t j = c * k / chunks; j < c * (k + 1) / chunks; ++j) PrefetchToken(next, tb, j);
 }
 
 template <typename L>
@@ -253,210 +229,6 @@ ATTN_DECODE void PvFast(const float* p, int64_t rows, int64_t ldp, const typenam
   }
 }
 
-// ---- AVX-512 (D and Dv multiples of 16) ----------------------------------
-// The same loops sixteen lanes wide: half the instructions per byte read,
-// which is what a CPU with fast memory runs out of first (widening a
-// bf16 page costs a load, a zero-extend and a shift per vector).
-
-#define ATTN_DECODE512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
-
-struct Load512F32 {
-  using T = float;
-  ATTN_DECODE512 static __m512 Load(const float* p) { return _mm512_loadu_ps(p); }
-};
-struct Load512Bf16 {
-  using T = uint16_t;
-  ATTN_DECODE512 static __m512 Load(const uint16_t* p) {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }
-};
-struct Load512F16 {
-  using T = uint16_t;
-  ATTN_DECODE512 static __m512 Load(const uint16_t* p) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  }
-};
-
-// A 512-bit sum folded to 256 bits (for Sum4).
-ATTN_DECODE512 inline __m256 Fold(__m512 a) {
-  return _mm256_add_ps(_mm512_castps512_ps256(a),
-                       _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
-}
-
-template <typename L>
-ATTN_DECODE512 void QkFast512(const float* q, int64_t rows, const typename L::T* k, int64_t c,
-                              int64_t d, float* s, int64_t lds, const uint8_t* next) {
-  const int64_t tb = d * static_cast<int64_t>(sizeof(typename L::T));
-  int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) {  // four rows against two keys: eight sums
-    const float* q0 = q + r * d;
-    int64_t j = 0;
-    for (; j + 2 <= c; j += 2) {
-      if (r == 0) {
-        PrefetchToken(next, tb, j);
-        PrefetchToken(next, tb, j + 1);
-      }
-      const typename L::T* kj = k + j * d;
-      __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-      __m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
-      for (int64_t x = 0; x < d; x += 16) {
-        const __m512 k0 = L::Load(kj + x), k1 = L::Load(kj + d + x);
-        const __m512 q0v = _mm512_loadu_ps(q0 + x), q1v = _mm512_loadu_ps(q0 + d + x);
-        const __m512 q2v = _mm512_loadu_ps(q0 + 2 * d + x), q3v = _mm512_loadu_ps(q0 + 3 * d + x);
-        a0 = _mm512_fmadd_ps(q0v, k0, a0);
-        a1 = _mm512_fmadd_ps(q1v, k0, a1);
-        a2 = _mm512_fmadd_ps(q2v, k0, a2);
-        a3 = _mm512_fmadd_ps(q3v, k0, a3);
-        b0 = _mm512_fmadd_ps(q0v, k1, b0);
-        b1 = _mm512_fmadd_ps(q1v, k1, b1);
-        b2 = _mm512_fmadd_ps(q2v, k1, b2);
-        b3 = _mm512_fmadd_ps(q3v, k1, b3);
-      }
-      alignas(16) float out[8];
-      _mm_store_ps(out, Sum4(Fold(a0), Fold(a1), Fold(a2), Fold(a3)));
-      _mm_store_ps(out + 4, Sum4(Fold(b0), Fold(b1), Fold(b2), Fold(b3)));
-      for (int i = 0; i < 4; ++i) {
-        s[(r + i) * lds + j] = out[i];
-        s[(r + i) * lds + j + 1] = out[4 + i];
-      }
-    }
-    for (; j < c; ++j) {
-      if (r == 0) PrefetchToken(next, tb, j);
-      const typename L::T* kj = k + j * d;
-      __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-      for (int64_t x = 0; x < d; x += 16) {
-        const __m512 kv = L::Load(kj + x);
-        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + x), kv, a0);
-        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + d + x), kv, a1);
-        a2 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + 2 * d + x), kv, a2);
-        a3 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + 3 * d + x), kv, a3);
-      }
-      alignas(16) float out[4];
-      _mm_store_ps(out, Sum4(Fold(a0), Fold(a1), Fold(a2), Fold(a3)));
-      for (int i = 0; i < 4; ++i) s[(r + i) * lds + j] = out[i];
-    }
-  }
-  for (; r < rows; ++r) {  // one row against four keys
-    const float* qr = q + r * d;
-    int64_t j = 0;
-    for (; j + 4 <= c; j += 4) {
-      if (r == 0) {
-        for (int64_t jj = j; jj < j + 4; ++jj) PrefetchToken(next, tb, jj);
-      }
-      const typename L::T* kj = k + j * d;
-      __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-      for (int64_t x = 0; x < d; x += 16) {
-        const __m512 qv = _mm512_loadu_ps(qr + x);
-        a0 = _mm512_fmadd_ps(L::Load(kj + x), qv, a0);
-        a1 = _mm512_fmadd_ps(L::Load(kj + d + x), qv, a1);
-        a2 = _mm512_fmadd_ps(L::Load(kj + 2 * d + x), qv, a2);
-        a3 = _mm512_fmadd_ps(L::Load(kj + 3 * d + x), qv, a3);
-      }
-      _mm_storeu_ps(s + r * lds + j, Sum4(Fold(a0), Fold(a1), Fold(a2), Fold(a3)));
-    }
-    for (; j < c; ++j) {
-      if (r == 0) PrefetchToken(next, tb, j);
-      __m512 a = _mm512_setzero_ps();
-      for (int64_t x = 0; x < d; x += 16) {
-        a = _mm512_fmadd_ps(_mm512_loadu_ps(qr + x), L::Load(k + j * d + x), a);
-      }
-      s[r * lds + j] = _mm512_reduce_add_ps(a);
-    }
-  }
-}
-
-template <typename L>
-ATTN_DECODE512 void PvFast512(const float* p, int64_t rows, int64_t ldp, const typename L::T* v,
-                              int64_t c, int64_t dv, float* o, const uint8_t* next) {
-  const int64_t tb = dv * static_cast<int64_t>(sizeof(typename L::T));
-  int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) {  // four rows by 32 columns: eight sums a key
-    const float* p0 = p + r * ldp;
-    int64_t x = 0;
-    for (; x + 32 <= dv; x += 32) {
-      float* o0 = o + r * dv + x;
-      __m512 a0 = _mm512_loadu_ps(o0), a1 = _mm512_loadu_ps(o0 + dv);
-      __m512 a2 = _mm512_loadu_ps(o0 + 2 * dv), a3 = _mm512_loadu_ps(o0 + 3 * dv);
-      __m512 b0 = _mm512_loadu_ps(o0 + 16), b1 = _mm512_loadu_ps(o0 + dv + 16);
-      __m512 b2 = _mm512_loadu_ps(o0 + 2 * dv + 16), b3 = _mm512_loadu_ps(o0 + 3 * dv + 16);
-      for (int64_t j = 0; j < c; ++j) {
-        const __m512 v0 = L::Load(v + j * dv + x), v1 = L::Load(v + j * dv + x + 16);
-        const __m512 w0 = _mm512_set1_ps(p0[j]), w1 = _mm512_set1_ps(p0[ldp + j]);
-        const __m512 w2 = _mm512_set1_ps(p0[2 * ldp + j]), w3 = _mm512_set1_ps(p0[3 * ldp + j]);
-        a0 = _mm512_fmadd_ps(w0, v0, a0);
-        a1 = _mm512_fmadd_ps(w1, v0, a1);
-        a2 = _mm512_fmadd_ps(w2, v0, a2);
-        a3 = _mm512_fmadd_ps(w3, v0, a3);
-        b0 = _mm512_fmadd_ps(w0, v1, b0);
-        b1 = _mm512_fmadd_ps(w1, v1, b1);
-        b2 = _mm512_fmadd_ps(w2, v1, b2);
-        b3 = _mm512_fmadd_ps(w3, v1, b3);
-      }
-      _mm512_storeu_ps(o0, a0);
-      _mm512_storeu_ps(o0 + dv, a1);
-      _mm512_storeu_ps(o0 + 2 * dv, a2);
-      _mm512_storeu_ps(o0 + 3 * dv, a3);
-      _mm512_storeu_ps(o0 + 16, b0);
-      _mm512_storeu_ps(o0 + dv + 16, b1);
-      _mm512_storeu_ps(o0 + 2 * dv + 16, b2);
-      _mm512_storeu_ps(o0 + 3 * dv + 16, b3);
-      if (r == 0) PrefetchSlice(next, tb, c, x, dv, 32);
-    }
-    for (; x < dv; x += 16) {
-      float* o0 = o + r * dv + x;
-      __m512 a0 = _mm512_loadu_ps(o0), a1 = _mm512_loadu_ps(o0 + dv);
-      __m512 a2 = _mm512_loadu_ps(o0 + 2 * dv), a3 = _mm512_loadu_ps(o0 + 3 * dv);
-      for (int64_t j = 0; j < c; ++j) {
-        const __m512 vv = L::Load(v + j * dv + x);
-        a0 = _mm512_fmadd_ps(_mm512_set1_ps(p0[j]), vv, a0);
-        a1 = _mm512_fmadd_ps(_mm512_set1_ps(p0[ldp + j]), vv, a1);
-        a2 = _mm512_fmadd_ps(_mm512_set1_ps(p0[2 * ldp + j]), vv, a2);
-        a3 = _mm512_fmadd_ps(_mm512_set1_ps(p0[3 * ldp + j]), vv, a3);
-      }
-      _mm512_storeu_ps(o0, a0);
-      _mm512_storeu_ps(o0 + dv, a1);
-      _mm512_storeu_ps(o0 + 2 * dv, a2);
-      _mm512_storeu_ps(o0 + 3 * dv, a3);
-    }
-  }
-  for (; r < rows; ++r) {  // one row by 64 columns: four sums a key
-    const float* pr = p + r * ldp;
-    int64_t x = 0;
-    for (; x + 64 <= dv; x += 64) {
-      float* orow = o + r * dv + x;
-      __m512 a0 = _mm512_loadu_ps(orow), a1 = _mm512_loadu_ps(orow + 16);
-      __m512 a2 = _mm512_loadu_ps(orow + 32), a3 = _mm512_loadu_ps(orow + 48);
-      for (int64_t j = 0; j < c; ++j) {
-        const __m512 w = _mm512_set1_ps(pr[j]);
-        const typename L::T* vj = v + j * dv + x;
-        a0 = _mm512_fmadd_ps(w, L::Load(vj), a0);
-        a1 = _mm512_fmadd_ps(w, L::Load(vj + 16), a1);
-        a2 = _mm512_fmadd_ps(w, L::Load(vj + 32), a2);
-        a3 = _mm512_fmadd_ps(w, L::Load(vj + 48), a3);
-      }
-      _mm512_storeu_ps(orow, a0);
-      _mm512_storeu_ps(orow + 16, a1);
-      _mm512_storeu_ps(orow + 32, a2);
-      _mm512_storeu_ps(orow + 48, a3);
-      if (r == 0) PrefetchSlice(next, tb, c, x, dv, 64);
-    }
-    for (; x < dv; x += 16) {
-      float* orow = o + r * dv + x;
-      __m512 a0 = _mm512_loadu_ps(orow);
-      for (int64_t j = 0; j < c; ++j) {
-        a0 = _mm512_fmadd_ps(_mm512_set1_ps(pr[j]), L::Load(v + j * dv + x), a0);
-      }
-      _mm512_storeu_ps(orow, a0);
-    }
-  }
-}
-
-bool Use512(int64_t width) {
-  static const bool avx512 = KernelTier() >= IsaTier::kAvx512;
-  return avx512 && width % 16 == 0;
-}
-
 }  // namespace
 
 const DecodeKernels& GetDecodeKernels() {
@@ -471,19 +243,7 @@ const DecodeKernels& GetDecodeKernels() {
 
 void QkPage(PageElem e, const float* q, int64_t rows, const uint8_t* k, int64_t c, int64_t d,
             float* s, int64_t lds, const uint8_t* next) {
-  if (Use512(d)) {
-    switch (e) {
-      case PageElem::kFloat32:
-        return QkFast512<Load512F32>(q, rows, reinterpret_cast<const float*>(k), c, d, s, lds,
-                                     next);
-      case PageElem::kBFloat16:
-        return QkFast512<Load512Bf16>(q, rows, reinterpret_cast<const uint16_t*>(k), c, d, s, lds,
-                                      next);
-      case PageElem::kFloat16:
-        return QkFast512<Load512F16>(q, rows, reinterpret_cast<const uint16_t*>(k), c, d, s, lds,
-                                     next);
-    }
-  }
+  if (UseAvx512(d)) return QkPage512(e, q, rows, k, c, d, s, lds, next);
   switch (e) {
     case PageElem::kFloat32:
       return QkFast<LoadF32>(q, rows, reinterpret_cast<const float*>(k), c, d, s, lds, next);
@@ -496,19 +256,7 @@ void QkPage(PageElem e, const float* q, int64_t rows, const uint8_t* k, int64_t 
 
 void PvPage(PageElem e, const float* p, int64_t rows, int64_t ldp, const uint8_t* v, int64_t c,
             int64_t dv, float* o, const uint8_t* next) {
-  if (Use512(dv)) {
-    switch (e) {
-      case PageElem::kFloat32:
-        return PvFast512<Load512F32>(p, rows, ldp, reinterpret_cast<const float*>(v), c, dv, o,
-                                     next);
-      case PageElem::kBFloat16:
-        return PvFast512<Load512Bf16>(p, rows, ldp, reinterpret_cast<const uint16_t*>(v), c, dv, o,
-                                      next);
-      case PageElem::kFloat16:
-        return PvFast512<Load512F16>(p, rows, ldp, reinterpret_cast<const uint16_t*>(v), c, dv, o,
-                                     next);
-    }
-  }
+  if (UseAvx512(dv)) return PvPage512(e, p, rows, ldp, v, c, dv, o, next);
   switch (e) {
     case PageElem::kFloat32:
       return PvFast<LoadF32>(p, rows, ldp, reinterpret_cast<const float*>(v), c, dv, o, next);

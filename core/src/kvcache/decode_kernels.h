@@ -13,6 +13,7 @@
 #include "kernels/simd/softmax_kernels.h"
 #include "kvcache/decode_attention.h"
 #include "support/half_kernels.h"
+#include "support/simd.h"
 
 namespace attn::internal {
 
@@ -42,5 +43,41 @@ void QkPage(PageElem e, const float* q, int64_t rows, const uint8_t* k, int64_t 
             float* s, int64_t lds, const uint8_t* next);
 void PvPage(PageElem e, const float* p, int64_t rows, int64_t ldp, const uint8_t* v, int64_t c,
             int64_t dv, float* o, const uint8_t* next);
+
+// ---- shared by the AVX2 loops (decode_kernels.cc) and the AVX-512 ones
+// (decode_kernels_avx512.cc) ----
+
+// Sums of four vectors' lanes: {sum a0, sum a1, sum a2, sum a3}.
+ATTN_AVX2 inline __m128 Sum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+  const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+  return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+}
+
+// Prefetches the bytes [j * bytes, (j + 1) * bytes) of `next` (null: none).
+// (GCC deletes a loop whose body is only _mm_prefetch as one without
+// effects; the asm statement keeps each prefetch.)
+inline void PrefetchToken(const uint8_t* next, int64_t bytes, int64_t j) {
+  if (next == nullptr) return;
+  for (int64_t b = 0; b < bytes; b += 64) {
+    asm volatile("prefetcht0 %0" : : "m"(*(next + j * bytes + b)));
+  }
+}
+
+// The next page's values, prefetched a slice per chunk of columns.
+inline void PrefetchSlice(const uint8_t* next, int64_t tb, int64_t c, int64_t x, int64_t dv,
+                          int64_t step) {
+  if (next == nullptr) return;
+  const int64_t chunks = dv / step, k = x / step;
+  for (int64_t j = c * k / chunks; j < c * (k + 1) / chunks; ++j) PrefetchToken(next, tb, j);
+}
+
+// The AVX-512 loops run for this width (D or Dv): a multiple of 16 on the
+// AVX-512 tier.
+bool UseAvx512(int64_t width);
+// QkPage and PvPage sixteen lanes wide (decode_kernels.h), where UseAvx512.
+void QkPage512(PageElem e, const float* q, int64_t rows, const uint8_t* k, int64_t c, int64_t d,
+               float* s, int64_t lds, const uint8_t* next);
+void PvPage512(PageElem e, const float* p, int64_t rows, int64_t ldp, const uint8_t* v, int64_t c,
+               int64_t dv, float* o, const uint8_t* next);
 
 }  // namespace attn::internal
