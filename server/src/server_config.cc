@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <map>
 
+#include "attn/kv_cache.h"
 #include "attn/threading.h"
 
 namespace attn::server {
@@ -352,8 +353,11 @@ StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& args,
     // whose limit is 1/32 of the pool and 16 MiB.
     const int64_t threads = c.threads > 0 ? c.threads : AvailableCpus();
     const int64_t rest = c.container_memory_mb - (c.memory_quota_bytes >> 20) - 256 -
-                         threads * (c.limits.max_request_memory_bytes >> 20) - 16;
-    c.kv_cache_bytes = std::max<int64_t>(64, rest * 32 / 33) << 20;
+                         threads * (c.limits.max_request_memory_bytes >> 20) -
+                         (kMetadataBaseBytes >> 20);
+    // pool + pool / share = rest
+    c.kv_cache_bytes = std::max<int64_t>(64, rest * kMetadataPoolShare / (kMetadataPoolShare + 1))
+                       << 20;
   }
   return c;
 }

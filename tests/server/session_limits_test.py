@@ -10,7 +10,6 @@ peak RSS (VmHWM):
 Run by ctest with ATTN_SERVER_BIN set and PYTHONPATH holding the
 attention.v1 stubs and client/python.
 """
-import os
 import time
 import unittest
 
@@ -82,7 +81,7 @@ class ExtendLimits(unittest.TestCase):
             with self.assertRaises(grpc.RpcError) as e:
                 c.extend_many(0, [(s, q, None, None), (s, q, None, None)])
             self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
-            self.assertIn("steps[1].session_id: 'dup' appears in an earlier step",
+            self.assertIn("steps[1] (session 'dup'): a session may appear once in an Extend",
                           e.exception.details())
 
     def test_a_long_prefill_stays_within_the_request_memory(self):

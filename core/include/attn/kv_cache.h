@@ -32,6 +32,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "attn/attention.h"
@@ -51,7 +52,16 @@ int CacheTypeBytes(CacheType type);
 // route it, is the part before its first ':' (all of it without one), and
 // a fork stays in its parent's family. Anything else: INVALID_ARGUMENT
 // naming `field`, the id shown with control and non-ASCII bytes as \xNN.
-Status CheckSessionId(const std::string& id, const std::string& field);
+Status CheckSessionId(std::string_view id, std::string_view field);
+// The session ids of an Extend's steps: each checked as
+// "steps[i].session_id", and a session named by two steps INVALID_ARGUMENT
+// (send its tokens in one step). Nothing is looked up.
+Status CheckStepSessionIds(const std::vector<std::string_view>& ids);
+
+// The default limit of the sessions' metadata: 1/32 of the pool and 16 MiB
+// (a server sizing a pool from a memory budget leaves room for it).
+inline constexpr int64_t kMetadataPoolShare = 32;
+inline constexpr int64_t kMetadataBaseBytes = int64_t{16} << 20;
 
 struct KvSessionSpec {
   std::string owner;         // who creates it (opaque; "" the anonymous owner)
@@ -83,8 +93,9 @@ struct KvStoreOptions {
   int64_t max_sessions_per_owner = 0;  // --max-sessions-per-principal
   int64_t pool_bytes_per_owner = 0;    // --kv-cache-mb-per-principal
   // Bytes the sessions' own memory (state, ids, page tables: outside the
-  // pool's pages) may take together; 0: pool_bytes / 32 + 16 MiB. Create
-  // and Fork (whose page tables are copies) past it: RESOURCE_EXHAUSTED.
+  // pool's pages) may take together; 0: pool_bytes / kMetadataPoolShare +
+  // kMetadataBaseBytes. Create and Fork (whose page tables are copies) past
+  // it: RESOURCE_EXHAUSTED.
   int64_t metadata_bytes_limit = 0;
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <string_view>
 #include <tuple>
 
 #include "kvcache/session.h"
@@ -73,31 +74,6 @@ KvSessionInfo KvSession::InfoLocked() const {
   return info;
 }
 
-Status CheckSessionId(const std::string& id, const char* field) {
-  const bool ok_len = !id.empty() && id.size() <= 128;
-  const bool ok_chars = std::all_of(id.begin(), id.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-           c == '_' || c == '-' || c == ':';
-  });
-  if (ok_len && ok_chars) return Status::Ok();
-  // Echo at most 64 characters, each control or non-ASCII byte as \xNN: a
-  // message (and the log line that carries it) never holds a raw one.
-  std::string shown;
-  for (size_t i = 0; i < id.size() && i < 64; ++i) {
-    const auto c = static_cast<unsigned char>(id[i]);
-    if (c < 0x20 || c >= 0x7f || c == '\'' || c == '\\') {
-      char hex[8];
-      std::snprintf(hex, sizeof(hex), "\\x%02x", c);
-      shown += hex;
-    } else {
-      shown += static_cast<char>(c);
-    }
-  }
-  if (id.size() > 64) shown += "...";
-  return Status::InvalidArgument(std::string(field) + ": must match [A-Za-z0-9._:-]{1,128}, got '" +
-                                 shown + "' (" + std::to_string(id.size()) + " characters)");
-}
-
 std::string FamilyOf(const std::string& id) { return id.substr(0, id.find(':')); }
 
 std::string NotFoundMessage(const std::string& id, const std::string& where) {
@@ -111,8 +87,9 @@ std::string NotFoundMessage(const std::string& id, const std::string& where) {
 KvCacheStore::Impl::Impl(const KvStoreOptions& o)
     : options(o),
       pool(o.pool_bytes, o.page_bytes),
-      metadata_limit(o.metadata_bytes_limit > 0 ? o.metadata_bytes_limit
-                                                : o.pool_bytes / 32 + (int64_t{16} << 20)),
+      metadata_limit(o.metadata_bytes_limit > 0
+                         ? o.metadata_bytes_limit
+                         : o.pool_bytes / kMetadataPoolShare + kMetadataBaseBytes),
       rng(std::random_device{}()) {}
 
 Status KvCacheStore::Impl::CheckMetadata(int64_t more, const char* call) const {
@@ -128,7 +105,7 @@ Status KvCacheStore::Impl::CheckMetadata(int64_t more, const char* call) const {
 StatusOr<std::shared_ptr<internal::KvSession>> KvCacheStore::Impl::Find(const std::string& owner,
                                                                         const std::string& id,
                                                                         const std::string& where) {
-  ATTN_RETURN_IF_ERROR(internal::CheckSessionId(id, (where + "session_id").c_str()));
+  ATTN_RETURN_IF_ERROR(CheckSessionId(id, where + "session_id"));
   std::lock_guard<std::mutex> lock(map_mu);
   auto o = owners.find(owner);
   if (o != owners.end()) {
@@ -222,8 +199,7 @@ Status CheckSpec(KvSessionSpec* s, const KvStoreOptions& o, int64_t* tokens_per_
 
 StatusOr<KvSessionInfo> KvCacheStore::Create(const KvSessionSpec& spec) {
   KvSessionSpec s = spec;
-  if (!s.session_id.empty())
-    ATTN_RETURN_IF_ERROR(internal::CheckSessionId(s.session_id, "session_id"));
+  if (!s.session_id.empty()) ATTN_RETURN_IF_ERROR(CheckSessionId(s.session_id, "session_id"));
   int64_t tpp = 0;
   ATTN_RETURN_IF_ERROR(CheckSpec(&s, impl_->options, &tpp));
   std::lock_guard<std::mutex> lock(impl_->map_mu);
@@ -246,11 +222,11 @@ StatusOr<KvSessionInfo> KvCacheStore::Get(const std::string& owner, const std::s
 
 StatusOr<KvSessionInfo> KvCacheStore::Fork(const std::string& owner_name, const std::string& id,
                                            const std::string& new_id) {
-  ATTN_RETURN_IF_ERROR(internal::CheckSessionId(id, "fork: session_id"));
+  ATTN_RETURN_IF_ERROR(CheckSessionId(id, "fork: session_id"));
   std::string child_id = new_id;
   const std::string family = internal::FamilyOf(id);
   if (!child_id.empty()) {
-    ATTN_RETURN_IF_ERROR(internal::CheckSessionId(child_id, "new_session_id"));
+    ATTN_RETURN_IF_ERROR(CheckSessionId(child_id, "new_session_id"));
     // A balancer routes by family: a fork lives where its parent does.
     if (internal::FamilyOf(child_id) != family) {
       return Status::InvalidArgument(
@@ -323,7 +299,7 @@ StatusOr<KvSessionInfo> KvCacheStore::Truncate(const std::string& owner, const s
 }
 
 StatusOr<KvSessionInfo> KvCacheStore::Delete(const std::string& owner, const std::string& id) {
-  ATTN_RETURN_IF_ERROR(internal::CheckSessionId(id, "delete: session_id"));
+  ATTN_RETURN_IF_ERROR(CheckSessionId(id, "delete: session_id"));
   std::shared_ptr<KvSession> session;
   {
     std::lock_guard<std::mutex> lock(impl_->map_mu);
@@ -456,8 +432,29 @@ Status KvCacheStore::reserve_status() const {
       "overcommit limit");
 }
 
-Status CheckSessionId(const std::string& id, const std::string& field) {
-  return internal::CheckSessionId(id, field.c_str());
+Status CheckSessionId(std::string_view id, std::string_view field) {
+  const bool ok_len = !id.empty() && id.size() <= 128;
+  const bool ok_chars = std::all_of(id.begin(), id.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == '-' || c == ':';
+  });
+  if (ok_len && ok_chars) return Status::Ok();
+  // Echo at most 64 characters, each control or non-ASCII byte as \xNN: a
+  // message (and the log line that carries it) never holds a raw one.
+  std::string shown;
+  for (size_t i = 0; i < id.size() && i < 64; ++i) {
+    const auto c = static_cast<unsigned char>(id[i]);
+    if (c < 0x20 || c >= 0x7f || c == '\'' || c == '\\') {
+      char hex[8];
+      std::snprintf(hex, sizeof(hex), "\\x%02x", c);
+      shown += hex;
+    } else {
+      shown += static_cast<char>(c);
+    }
+  }
+  if (id.size() > 64) shown += "...";
+  return Status::InvalidArgument(std::string(field) + ": must match [A-Za-z0-9._:-]{1,128}, got '" +
+                                 shown + "' (" + std::to_string(id.size()) + " characters)");
 }
 
 }  // namespace attn

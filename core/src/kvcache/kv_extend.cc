@@ -134,23 +134,28 @@ Status PerHead(const std::optional<TensorView>& t, size_t i, int64_t hq, const c
 
 }  // namespace
 
+Status CheckStepSessionIds(const std::vector<std::string_view>& ids) {
+  std::set<std::string_view> seen;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ATTN_RETURN_IF_ERROR(CheckSessionId(ids[i], "steps[" + std::to_string(i) + "].session_id"));
+    if (!seen.insert(ids[i]).second) {
+      return Status::InvalidArgument(At(i, std::string(ids[i])) +
+                                     ": a session may appear once in an Extend (it is also an "
+                                     "earlier step); send its tokens in one step");
+    }
+  }
+  return Status::Ok();
+}
+
 // The sessions and shapes of an Extend, checked; nothing reserved.
 static StatusOr<std::vector<StepPlan>> Plan(KvCacheStore::Impl& impl, int64_t layer,
                                             const std::vector<KvStep>& steps,
                                             const KvExtendOptions& o) {
   ATTN_RETURN_IF_ERROR(CheckOptions(layer, steps.size(), o));
-  // Every id checked, and duplicates found, before any lookup.
-  std::set<std::string_view> seen;
-  for (size_t i = 0; i < steps.size(); ++i) {
-    const std::string& id = steps[i].session_id;
-    const std::string field = "steps[" + std::to_string(i) + "].session_id";
-    ATTN_RETURN_IF_ERROR(internal::CheckSessionId(id, field.c_str()));
-    if (!seen.insert(id).second) {
-      return Status::InvalidArgument(At(i, id) +
-                                     ": a session may appear once in an Extend (it is also an "
-                                     "earlier step); send its tokens in one step");
-    }
-  }
+  std::vector<std::string_view> ids;
+  ids.reserve(steps.size());
+  for (const KvStep& st : steps) ids.push_back(st.session_id);
+  ATTN_RETURN_IF_ERROR(CheckStepSessionIds(ids));  // before any lookup
   std::vector<StepPlan> plans(steps.size());
   for (size_t i = 0; i < steps.size(); ++i) {
     const std::string& id = steps[i].session_id;

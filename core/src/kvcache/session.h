@@ -50,8 +50,6 @@ struct KvSession {
   int64_t metadata_counted = 0;  // its share of the pool's metadata count
 };
 
-// "[A-Za-z0-9._-]{1,128}", or INVALID_ARGUMENT naming `field`.
-Status CheckSessionId(const std::string& id, const char* field);
 // A session's family, by which balancers route it: the id before its first
 // ':' (all of it without one). A fork stays in its parent's family.
 std::string FamilyOf(const std::string& id);

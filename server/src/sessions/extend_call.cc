@@ -4,7 +4,6 @@
 #include <memory>
 #include <string>
 #include <string_view>
-#include <unordered_set>
 #include <vector>
 
 #include "call/raw_messages.h"
@@ -77,18 +76,12 @@ Status Steps(const v1::ExtendRequest& req, KvCacheStore* store, const RequestLim
   if (req.steps_size() == 0) {
     return Status::InvalidArgument("steps: expected at least one step, got none");
   }
-  // Every id checked, and duplicates found, before any lookup or decode.
-  std::unordered_set<std::string_view> seen;
-  for (int i = 0; i < req.steps_size(); ++i) {
-    const std::string& id = req.steps(i).session_id();
-    const std::string at = "steps[" + std::to_string(i) + "].session_id";
-    ATTN_RETURN_IF_ERROR(CheckSessionId(id, at));
-    if (!seen.insert(id).second) {
-      return Status::InvalidArgument(at + ": '" + id +
-                                     "' appears in an earlier step too; a session may appear "
-                                     "once in an Extend (send its tokens in one step)");
-    }
-  }
+  // Every id checked, and duplicates found, before any lookup or decode
+  // (core checks them again, the same way, for its other callers).
+  std::vector<std::string_view> ids;
+  ids.reserve(static_cast<size_t>(req.steps_size()));
+  for (const v1::SessionStep& st : req.steps()) ids.push_back(st.session_id());
+  ATTN_RETURN_IF_ERROR(CheckStepSessionIds(ids));
   for (int i = 0; i < req.steps_size(); ++i) {
     const v1::SessionStep& st = req.steps(i);
     const std::string at = "steps[" + std::to_string(i) + "].";
