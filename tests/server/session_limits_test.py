@@ -15,7 +15,8 @@ import unittest
 
 import grpc
 import numpy as np
-from attention_client import AttentionClient
+from attention.v1 import attention_pb2, session_pb2
+from attention_client import AttentionClient, to_tensor
 from unread_answers_test import rss_mib, start_server
 
 MIB = 1 << 20
@@ -82,6 +83,20 @@ class ExtendLimits(unittest.TestCase):
                 c.extend_many(0, [(s, q, None, None), (s, q, None, None)])
             self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
             self.assertIn("steps[1] (session 'dup'): a session may appear once in an Extend",
+                          e.exception.details())
+            # The second step's key is malformed (3 bytes for 8 floats): were
+            # the steps decoded before the ids are checked, that would speak.
+            req = session_pb2.ExtendRequest(causal=True)
+            req.steps.add(session_id="dup").query.CopyFrom(to_tensor(q))
+            bad = req.steps.add(session_id="dup")
+            bad.key.CopyFrom(attention_pb2.Tensor(shape=[1, 1, 8], dtype=attention_pb2.DATA_TYPE_FLOAT32,
+                                                 data=b"abc"))
+            bad.value.CopyFrom(bad.key)
+            with self.assertRaises(grpc.RpcError) as e:
+                c.channel.unary_unary("/attention.v1.SessionService/Extend")(
+                    req.SerializeToString(), timeout=30)
+            self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn("steps[1] (session 'dup'): a session may appear once",
                           e.exception.details())
 
     def test_a_long_prefill_stays_within_the_request_memory(self):
