@@ -52,7 +52,7 @@ FORBIDDEN_SYSTEM = {
 # layer -> room -> rank. Rooms of one rank are siblings: neither may include
 # the other.
 ROOMS = {
-    "core": {"support": 0, "kernels": 1, "": 2, "models": 3, "kvcache": 3},
+    "core": {"support": 0, "kernels": 1, "": 2, "kvformats": 3, "models": 4, "kvcache": 4},
     "wire": {"": 0},
     "server": {"ops": 0, "models": 0, "call": 1, "sessions": 2, "attention_v1": 3, "oip": 3,
                "": 4},

@@ -6,7 +6,8 @@
 // from one reservation so that memory never fragments. A page belongs to one
 // (layer, kv head) and holds `tokens_per_page` tokens: their keys [T, D] then
 // their values [T, Dv], contiguous D-vectors in the cache's type (float32,
-// or bfloat16/float16 kept as stored). Pages are reference-counted: a fork
+// or bfloat16/float16 kept as stored) or quantized (CacheFormat: codes, and
+// a factor per token). Pages are reference-counted: a fork
 // shares every page and copies one only when a side writes into a shared
 // page (copy-on-write). The pool never over-commits: bytes_used() <=
 // bytes_limit() always.
@@ -48,6 +49,18 @@ const char* CacheTypeName(CacheType type);
 // Bytes per element: 4 or 2.
 int CacheTypeBytes(CacheType type);
 
+// How a session stores its keys, or its values: as its cache_type says
+// (kAsCacheType), or quantized, each token of each kv head its codes and
+// one float32 factor (a token's values are its codes times its factor):
+//   kInt8     symmetric int8, factor max|x| / 127;
+//   kFp8E4M3  float8 e4m3 (largest 448), factor max|x| / 448.
+// A quantized side holds finite values only. kInt4 is the protocol's
+// CACHE_FORMAT_INT4, which this store does not build yet: Create refuses
+// it with INVALID_ARGUMENT.
+enum class CacheFormat { kAsCacheType, kInt8, kFp8E4M3, kInt4 };
+// "int8", "fp8_e4m3", "int4", or for kAsCacheType the type's name.
+const char* CacheFormatName(CacheFormat format, CacheType type);
+
 // A session id is [A-Za-z0-9._:-]{1,128}; its family, by which balancers
 // route it, is the part before its first ':' (all of it without one), and
 // a fork stays in its parent's family. Anything else: INVALID_ARGUMENT
@@ -72,6 +85,9 @@ struct KvSessionSpec {
   int64_t value_dim = 0;     // Dv; 0 means head_dim
   CacheType cache_type = CacheType::kFloat32;
   int64_t max_tokens = 0;  // per layer; 0: the store's default
+  // Keys and values choose their formats separately.
+  CacheFormat key_format = CacheFormat::kAsCacheType;
+  CacheFormat value_format = CacheFormat::kAsCacheType;
 };
 
 struct KvSessionInfo {
@@ -79,6 +95,9 @@ struct KvSessionInfo {
   std::vector<int64_t> layer_tokens;  // tokens each layer holds
   int64_t cache_bytes = 0;            // its pages (a page shared with a fork counts in both)
   int64_t tokens_per_page = 0;
+  // One token of one kv head in its pages: keys and values, with their
+  // factors (the page's alignment aside).
+  int64_t token_bytes = 0;
 };
 
 struct KvStoreOptions {

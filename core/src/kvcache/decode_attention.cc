@@ -6,14 +6,55 @@
 #include <limits>
 
 #include "attn/threading.h"
-#include "kvcache/decode_kernels.h"
+#include "kernels/simd/softmax_kernels.h"
 
 namespace attn::internal {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-int ElemBytes(PageElem e) { return e == PageElem::kFloat32 ? 4 : 2; }
+// The portable loops over widened float32 pages: the portable tier, and
+// dims that are not multiples of 8 on every tier.
+void QkPortable(const float* q, int64_t rows, const float* k, int64_t c, int64_t d, float* s,
+                int64_t lds) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < c; ++j) {
+      float acc = 0.0f;
+      for (int64_t x = 0; x < d; ++x) acc += q[r * d + x] * k[j * d + x];
+      s[r * lds + j] = acc;
+    }
+  }
+}
+
+void PvPortable(const float* p, int64_t rows, int64_t ldp, const float* v, int64_t c, int64_t dv,
+                float* o) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* orow = o + r * dv;
+    for (int64_t j = 0; j < c; ++j) {
+      const float w = p[r * ldp + j];
+      if (w == 0.0f) continue;
+      for (int64_t x = 0; x < dv; ++x) orow[x] += w * v[j * dv + x];
+    }
+  }
+}
+
+struct DecodeKernels {
+  const SoftmaxKernels* softmax;
+};
+
+const DecodeKernels& GetDecodeKernels() {
+  static const DecodeKernels k{&GetSoftmaxKernels()};
+  return k;
+}
+
+// Scores (or weights) of `rows` rows, c columns each, times their tokens'
+// factors: a quantized side's factors folded in.
+void TimesFactors(float* s, int64_t rows, int64_t lds, const float* f, int64_t c) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = s + r * lds;
+    for (int64_t j = 0; j < c; ++j) row[j] *= f[j];
+  }
+}
 
 // Keys [lo, hi) that query row t of `p` may see.
 void RowRange(const DecodeProblem& p, int64_t t, int64_t* lo, int64_t* hi) {
@@ -50,16 +91,10 @@ Scratch& ThreadScratch() {
   return s;
 }
 
-const float* Widen(const DecodeKernels& kern, PageElem e, const uint8_t* src, int64_t n,
-                   std::vector<float>* buf) {
-  if (e == PageElem::kFloat32) return reinterpret_cast<const float*>(src);
+// n codes of a side widened (without their factors) into buf.
+const float* Widen(const PageSide& side, const uint8_t* codes, int64_t n, std::vector<float>* buf) {
   if (static_cast<int64_t>(buf->size()) < n) buf->resize(static_cast<size_t>(n));
-  const auto* h = reinterpret_cast<const uint16_t*>(src);
-  if (e == PageElem::kBFloat16) {
-    kern.half->bf16_to_f32(h, buf->data(), n);
-  } else {
-    kern.half->f16_to_f32(h, buf->data(), n);
-  }
+  side.codec->widen(codes, n, buf->data());
   return buf->data();
 }
 
@@ -98,13 +133,75 @@ void UpdateRow(const DecodeKernels& kern, const DecodeProblem& p, int64_t h, int
   *l += sk.exp_sum(x, nr, 1.0f, mnew);
 }
 
+// One page of kv head g: keys [a, b) of the page at tokens [j0, j0 + T).
+struct PageSpan {
+  const uint8_t* base;
+  const uint8_t *knext, *vnext;  // the same places in the page read next (or null)
+  int64_t g, j0, a, b;
+  bool whole;  // every row sees every key of [a, b)
+};
+
+// Scores, the online softmax's update, and the weighted values of a page.
+void AttendPage(const DecodeKernels& kern, const Task& task, Scratch& sc, const PageSpan& sp,
+                bool fast) {
+  const DecodeProblem& p = *task.p;
+  const int64_t group = p.hq / p.hkv, rows = group * p.n, d = p.d, dv = p.dv;
+  const int64_t T = p.tokens_per_page, g = sp.g, a = sp.a, b = sp.b, c = b - a;
+  const PageSide &ks = p.key, &vs = p.value;
+  const uint8_t* kcodes = ks.Row(sp.base, a - sp.j0);
+  const uint8_t* vcodes = vs.Row(sp.base, a - sp.j0);
+  const float* qg = sc.q.data() + g * rows * d;
+  float* og = task.part.o + g * rows * dv;
+  float* s = sc.s.data();
+  if (fast) {
+    ks.codec->qk(qg, rows, kcodes, c, d, s, T, sp.knext);
+  } else {
+    QkPortable(qg, rows, Widen(ks, kcodes, c * d, &sc.k), c, d, s, T);
+  }
+  if (ks.codec->scaled) TimesFactors(s, rows, T, ks.Factors(sp.base) + (a - sp.j0), c);
+  for (int64_t hh = 0; hh < group; ++hh) {
+    for (int64_t t = 0; t < p.n; ++t) {
+      const int64_t r = hh * p.n + t;
+      UpdateRow(kern, p, g * group + hh, p.Pos(t), s + r * T, a, c, std::max(a, sc.lo[t]),
+                std::min(b, sc.hi[t]), og + r * dv, task.part.m + g * rows + r,
+                task.part.l + g * rows + r);
+    }
+  }
+  // A quantized side's factors ride on the weights (0 outside a row's keys).
+  if (vs.codec->scaled) TimesFactors(s, rows, T, vs.Factors(sp.base) + (a - sp.j0), c);
+  const float* vf = fast ? nullptr : Widen(vs, vcodes, c * dv, &sc.v);
+  if (sp.whole) {
+    if (fast) {
+      vs.codec->pv(s, rows, T, vcodes, c, dv, og, sp.vnext);
+    } else {
+      PvPortable(s, rows, T, vf, c, dv, og);
+    }
+    return;
+  }
+  // An edge page: each row reads only the values of its own keys, so an
+  // inf value outside a row's window never meets its 0 weight.
+  for (int64_t hh = 0; hh < group; ++hh) {
+    for (int64_t t = 0; t < p.n; ++t) {
+      const int64_t r = hh * p.n + t;
+      const int64_t ra = std::max(a, sc.lo[t]), rb = std::min(b, sc.hi[t]);
+      if (rb <= ra) continue;
+      const float* srow = s + r * T + (ra - a);
+      if (fast) {
+        vs.codec->pv(srow, 1, T, vs.Row(sp.base, ra - sp.j0), rb - ra, dv, og + r * dv, nullptr);
+      } else {
+        PvPortable(srow, 1, T, vf + (ra - a) * dv, rb - ra, dv, og + r * dv);
+      }
+    }
+  }
+}
+
 // A task: pages [p0, p1) of every kv head, page by page and head by head
 // within a page, so that it sweeps the pool in the order the heads' pages
 // were allocated (together, one per head, as the layer grew).
 void RunTask(const DecodeKernels& kern, const Task& task, Scratch& sc) {
   const DecodeProblem& p = *task.p;
   const int64_t group = p.hq / p.hkv, rows = group * p.n, d = p.d, dv = p.dv;
-  const int64_t T = p.tokens_per_page, es = ElemBytes(p.elem);
+  const int64_t T = p.tokens_per_page;
   sc.q.resize(static_cast<size_t>(p.hkv * rows * d));
   sc.s.resize(static_cast<size_t>(rows * T));
   sc.lo.resize(static_cast<size_t>(p.n));
@@ -122,74 +219,26 @@ void RunTask(const DecodeKernels& kern, const Task& task, Scratch& sc) {
   std::fill(task.part.l, task.part.l + p.hkv * rows, 0.0f);
   const int64_t lo_u = *std::min_element(sc.lo.begin(), sc.lo.end());
   const int64_t hi_u = *std::max_element(sc.hi.begin(), sc.hi.end());
-  const bool fast = kern.in_register && d % 8 == 0 && dv % 8 == 0;
+  const bool fast = InRegisterTier() && d % 8 == 0 && dv % 8 == 0;
   for (int64_t pg = task.p0; pg < task.p1; ++pg) {
     const int64_t j0 = pg * T;
     const int64_t a = std::max(j0, lo_u), b = std::min({j0 + T, p.tokens, hi_u});
     if (b <= a) continue;
-    const int64_t c = b - a;
-    // Every row sees every key of [a, b): one product for all rows.
-    bool whole_page = true;
-    for (int64_t t = 0; t < p.n && whole_page; ++t) {
-      whole_page = sc.lo[t] <= a && sc.hi[t] >= b;
-    }
+    bool whole = true;
+    for (int64_t t = 0; t < p.n && whole; ++t) whole = sc.lo[t] <= a && sc.hi[t] >= b;
     for (int64_t g = 0; g < p.hkv; ++g) {
-      const uint8_t* base = p.pages[g * p.pages_per_head + pg];
-      const uint8_t* kpage = base + (a - j0) * d * es;
-      const uint8_t* vpage = base + T * d * es + (a - j0) * dv * es;
+      PageSpan sp{p.pages[g * p.pages_per_head + pg], nullptr, nullptr, g, j0, a, b, whole};
       // The same offsets in the page read next, to prefetch: the next
       // head's, or the first head's of the next page.
-      const uint8_t *knext = nullptr, *vnext = nullptr;
       int64_t ng = g + 1, npg = pg;
       if (ng == p.hkv) ng = 0, npg = pg + 1;
       if (npg < task.p1 && npg * T < std::min(p.tokens, hi_u)) {
         const uint8_t* nb = p.pages[ng * p.pages_per_head + npg];
         const int64_t off = std::max<int64_t>(0, lo_u - npg * T);
-        knext = nb + off * d * es;
-        vnext = nb + T * d * es + off * dv * es;
+        sp.knext = p.key.Row(nb, off);
+        sp.vnext = p.value.Row(nb, off);
       }
-      const float* qg = sc.q.data() + g * rows * d;
-      float* og = task.part.o + g * rows * dv;
-      if (fast) {
-        QkPage(p.elem, qg, rows, kpage, c, d, sc.s.data(), T, knext);
-      } else {
-        const float* kf = Widen(kern, p.elem, kpage, c * d, &sc.k);
-        kern.qk(qg, rows, kf, c, d, sc.s.data(), T);
-      }
-      for (int64_t hh = 0; hh < group; ++hh) {
-        for (int64_t t = 0; t < p.n; ++t) {
-          const int64_t r = hh * p.n + t;
-          UpdateRow(kern, p, g * group + hh, p.Pos(t), sc.s.data() + r * T, a, c,
-                    std::max(a, sc.lo[t]), std::min(b, sc.hi[t]), og + r * dv,
-                    task.part.m + g * rows + r, task.part.l + g * rows + r);
-        }
-      }
-      if (whole_page) {
-        if (fast) {
-          PvPage(p.elem, sc.s.data(), rows, T, vpage, c, dv, og, vnext);
-        } else {
-          const float* vf = Widen(kern, p.elem, vpage, c * dv, &sc.v);
-          kern.pv(sc.s.data(), rows, T, vf, c, dv, og);
-        }
-      } else {
-        // An edge page: each row reads only the values of its own keys, so
-        // an inf value outside a row's window never meets its 0 weight.
-        const float* vf = fast ? nullptr : Widen(kern, p.elem, vpage, c * dv, &sc.v);
-        for (int64_t hh = 0; hh < group; ++hh) {
-          for (int64_t t = 0; t < p.n; ++t) {
-            const int64_t r = hh * p.n + t;
-            const int64_t ra = std::max(a, sc.lo[t]), rb = std::min(b, sc.hi[t]);
-            if (rb <= ra) continue;
-            const float* srow = sc.s.data() + r * T + (ra - a);
-            if (fast) {
-              PvPage(p.elem, srow, 1, T, vpage + (ra - a) * dv * es, rb - ra, dv, og + r * dv,
-                     nullptr);
-            } else {
-              kern.pv(srow, 1, T, vf + (ra - a) * dv, rb - ra, dv, og + r * dv);
-            }
-          }
-        }
-      }
+      AttendPage(kern, task, sc, sp, fast);
     }
   }
 }

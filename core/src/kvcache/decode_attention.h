@@ -5,9 +5,12 @@
 // few kv heads for the thread team, one slice of its pages: split-K, the
 // slices merged through their log-sum-exp, as flash-decoding does). A task
 // takes every query row of the head's group at once, so each page of keys
-// and values is read once for all of them. bf16/f16 pages are widened a
-// page at a time into an L1-sized buffer; pages wholly outside every row's
-// window are never touched.
+// and values is read once for all of them, its codes widened in registers
+// by the page format's loops (kvformats/), the factors of a quantized
+// format folded into the scores and the weights. On the portable tier (or
+// for dims that are not multiples of 8) a page's codes are widened into an
+// L1-sized buffer first. Pages wholly outside every row's window are never
+// touched.
 #pragma once
 
 #include <atomic>
@@ -15,19 +18,17 @@
 #include <vector>
 
 #include "attn/status.h"
+#include "kvformats/page_codec.h"
 
 namespace attn::internal {
-
-// How the pages store their elements.
-enum class PageElem { kFloat32, kBFloat16, kFloat16 };
 
 struct DecodeProblem {
   int64_t hq = 0, hkv = 0, n = 0, d = 0, dv = 0;
   int64_t tokens = 0;           // L: keys the layer holds (after the append)
   int64_t tokens_per_page = 0;  // T
-  PageElem elem = PageElem::kFloat32;
-  // Page p of kv head g at pages[g * pages_per_head + p]: keys [T, D] then
-  // values [T, Dv].
+  // Where a page keeps its keys and values (their codecs among them).
+  PageSide key, value;
+  // Page p of kv head g at pages[g * pages_per_head + p].
   const uint8_t* const* pages = nullptr;
   int64_t pages_per_head = 0;
   // Query [Hq, n, D] through element strides.

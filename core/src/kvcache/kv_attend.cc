@@ -7,52 +7,11 @@
 #include <cstring>
 #include <deque>
 
-#include "attn/half.h"
 #include "kvcache/decode_attention.h"
 #include "kvcache/extend_plan.h"
 
 namespace attn::internal {
 namespace {
-
-HalfType HalfOf(CacheType t) {
-  return t == CacheType::kBFloat16 ? HalfType::kBFloat16 : HalfType::kFloat16;
-}
-
-PageElem ElemOf(CacheType t) {
-  switch (t) {
-    case CacheType::kFloat32:
-      return PageElem::kFloat32;
-    case CacheType::kBFloat16:
-      return PageElem::kBFloat16;
-    case CacheType::kFloat16:
-      return PageElem::kFloat16;
-  }
-  return PageElem::kFloat32;
-}
-
-// dst (n elements of `type`) = row of a float32 view, n long, stride `stride`.
-void StoreRow(CacheType type, const float* src, int64_t stride, int64_t n, uint8_t* dst,
-              std::vector<float>* tmp) {
-  if (stride != 1) {
-    tmp->resize(static_cast<size_t>(n));
-    for (int64_t x = 0; x < n; ++x) (*tmp)[static_cast<size_t>(x)] = src[x * stride];
-    src = tmp->data();
-  }
-  if (type == CacheType::kFloat32) {
-    std::memcpy(dst, src, static_cast<size_t>(n) * 4);
-  } else {
-    FloatToHalf(HalfOf(type), src, reinterpret_cast<uint16_t*>(dst), n);
-  }
-}
-
-// Widens n elements of `type` at src into dst.
-void LoadRow(CacheType type, const uint8_t* src, int64_t n, float* dst) {
-  if (type == CacheType::kFloat32) {
-    std::memcpy(dst, src, static_cast<size_t>(n) * 4);
-  } else {
-    HalfToFloat(HalfOf(type), reinterpret_cast<const uint16_t*>(src), dst, n);
-  }
-}
 
 void AllocateResult(const StepPlan& p, bool lse, AttentionResult* r) {
   const KvSessionSpec& s = p.session->spec;
@@ -67,14 +26,13 @@ Status AttendGathered(const StepPlan& p, const KvExtendOptions& o, PagePool* poo
   const KvSession& s = *p.session;
   const int64_t hkv = s.spec.num_kv_heads, d = s.spec.head_dim, dv = s.spec.value_dim;
   const int64_t tpp = s.tokens_per_page, L = p.after;
-  const int64_t es = CacheTypeBytes(s.spec.cache_type);
   Tensor k = Tensor::Uninitialized({1, hkv, L, d}), v = Tensor::Uninitialized({1, hkv, L, dv});
-  for (int64_t g = 0; g < hkv; ++g) {
+  for (int64_t g = 0; g < hkv; ++g) {  // as stored: quantized sides' values dequantized
     for (int64_t j0 = 0; j0 < L; j0 += tpp) {
       const int64_t c = std::min(tpp, L - j0);
       const uint8_t* page = pool->Data(p.table[static_cast<size_t>(j0 / tpp * hkv + g)]);
-      LoadRow(s.spec.cache_type, page, c * d, k.data.data() + (g * L + j0) * d);
-      LoadRow(s.spec.cache_type, page + tpp * d * es, c * dv, v.data.data() + (g * L + j0) * dv);
+      DecodeTokens(s.layout.key, page, 0, c, d, k.data.data() + (g * L + j0) * d);
+      DecodeTokens(s.layout.value, page, 0, c, dv, v.data.data() + (g * L + j0) * dv);
     }
   }
   const TensorView& q = p.step->query;
@@ -100,30 +58,44 @@ Status AttendGathered(const StepPlan& p, const KvExtendOptions& o, PagePool* poo
 
 }  // namespace
 
+namespace {
+
+// Whether token `slot` of a side of `page` holds src (dim values, stride
+// `stride`) as the side stores it: its codes and its factor, bit for bit (a
+// NaN equals its own NaN).
+bool SameToken(const PageSide& side, const float* src, int64_t stride, int64_t dim,
+               const uint8_t* page, int64_t slot, std::vector<float>* tmp,
+               std::vector<uint8_t>* row) {
+  tmp->resize(static_cast<size_t>(dim));
+  row->resize(static_cast<size_t>(side.row_bytes + 4));
+  for (int64_t x = 0; x < dim; ++x) (*tmp)[static_cast<size_t>(x)] = src[x * stride];
+  const float factor = side.codec->encode(tmp->data(), dim, row->data());
+  if (std::memcmp(row->data(), side.Row(page, slot), static_cast<size_t>(side.row_bytes)) != 0) {
+    return false;
+  }
+  return !side.codec->scaled || std::memcmp(&factor, side.Factors(page) + slot, 4) == 0;
+}
+
+}  // namespace
+
 bool StoredEquals(const StepPlan& p, const std::vector<PageId>& pages, int64_t at,
                   const PagePool& pool) {
   if (p.nkv == 0) return true;
   const KvSession& s = *p.session;
   const int64_t hkv = s.spec.num_kv_heads, d = s.spec.head_dim, dv = s.spec.value_dim;
-  const int64_t tpp = s.tokens_per_page, es = CacheTypeBytes(s.spec.cache_type);
+  const int64_t tpp = s.tokens_per_page;
   const TensorView& k = *p.step->key;
   const TensorView& v = *p.step->value;
   std::vector<float> tmp;
-  std::vector<uint8_t> row(static_cast<size_t>(std::max(d, dv) * es));
+  std::vector<uint8_t> row;
   for (int64_t g = 0; g < hkv; ++g) {
     for (int64_t i = 0; i < p.nkv; ++i) {
       const int64_t pos = at + i, slot = pos % tpp;
       const uint8_t* page = pool.Data(pages[static_cast<size_t>(pos / tpp * hkv + g)]);
-      // Bit for bit, as the cache stores them: a NaN equals its own NaN.
-      StoreRow(s.spec.cache_type, k.f32() + g * k.stride(0) + i * k.stride(1), k.stride(2), d,
-               row.data(), &tmp);
-      if (std::memcmp(row.data(), page + slot * d * es, static_cast<size_t>(d * es)) != 0) {
-        return false;
-      }
-      StoreRow(s.spec.cache_type, v.f32() + g * v.stride(0) + i * v.stride(1), v.stride(2), dv,
-               row.data(), &tmp);
-      if (std::memcmp(row.data(), page + (tpp * d + slot * dv) * es,
-                      static_cast<size_t>(dv * es)) != 0) {
+      if (!SameToken(s.layout.key, k.f32() + g * k.stride(0) + i * k.stride(1), k.stride(2), d,
+                     page, slot, &tmp, &row) ||
+          !SameToken(s.layout.value, v.f32() + g * v.stride(0) + i * v.stride(1), v.stride(2), dv,
+                     page, slot, &tmp, &row)) {
         return false;
       }
     }
@@ -137,17 +109,18 @@ void WriteSteps(const std::vector<StepPlan>& plans, PagePool* pool) {
     if (p.nkv == 0 || p.replay) continue;
     const KvSession& s = *p.session;
     const int64_t hkv = s.spec.num_kv_heads, d = s.spec.head_dim, dv = s.spec.value_dim;
-    const int64_t tpp = s.tokens_per_page, es = CacheTypeBytes(s.spec.cache_type);
+    const int64_t tpp = s.tokens_per_page;
+    tmp.resize(static_cast<size_t>(std::max(d, dv)));
     const TensorView& k = *p.step->key;
     const TensorView& v = *p.step->value;
     for (int64_t g = 0; g < hkv; ++g) {
       for (int64_t i = 0; i < p.nkv; ++i) {
         const int64_t pos = p.before + i, slot = pos % tpp;
         uint8_t* page = pool->Data(p.table[static_cast<size_t>(pos / tpp * hkv + g)]);
-        StoreRow(s.spec.cache_type, k.f32() + g * k.stride(0) + i * k.stride(1), k.stride(2), d,
-                 page + slot * d * es, &tmp);
-        StoreRow(s.spec.cache_type, v.f32() + g * v.stride(0) + i * v.stride(1), v.stride(2), dv,
-                 page + (tpp * d + slot * dv) * es, &tmp);
+        EncodeToken(s.layout.key, k.f32() + g * k.stride(0) + i * k.stride(1), k.stride(2), d,
+                    tmp.data(), page, slot);
+        EncodeToken(s.layout.value, v.f32() + g * v.stride(0) + i * v.stride(1), v.stride(2), dv,
+                    tmp.data(), page, slot);
       }
     }
   }
@@ -168,7 +141,8 @@ DecodeProblem MakeProblem(const StepPlan& p, const KvExtendOptions& o,
   dp.dv = s.spec.value_dim;
   dp.tokens = p.after;
   dp.tokens_per_page = s.tokens_per_page;
-  dp.elem = ElemOf(s.spec.cache_type);
+  dp.key = s.layout.key;
+  dp.value = s.layout.value;
   dp.pages = ptrs.data();
   dp.pages_per_head = static_cast<int64_t>(ptrs.size()) / hkv;
   const TensorView& q = p.step->query;

@@ -29,11 +29,41 @@ const char* CacheTypeName(CacheType type) {
 
 int CacheTypeBytes(CacheType type) { return type == CacheType::kFloat32 ? 4 : 2; }
 
+const char* CacheFormatName(CacheFormat format, CacheType type) {
+  switch (format) {
+    case CacheFormat::kAsCacheType:
+      return CacheTypeName(type);
+    case CacheFormat::kInt8:
+      return "int8";
+    case CacheFormat::kFp8E4M3:
+      return "fp8_e4m3";
+    case CacheFormat::kInt4:
+      return "int4";
+  }
+  return CacheTypeName(type);
+}
+
 namespace internal {
 
-KvSession::KvSession(const KvSessionSpec& s, int64_t tpp, PagePool* p, int32_t owner)
+PageFormat PageFormatOf(CacheFormat format, CacheType type) {
+  switch (format) {
+    case CacheFormat::kInt8:
+      return PageFormat::kInt8;
+    case CacheFormat::kFp8E4M3:
+      return PageFormat::kFp8E4M3;
+    case CacheFormat::kAsCacheType:
+    case CacheFormat::kInt4:  // refused at create
+      break;
+  }
+  return type == CacheType::kFloat32   ? PageFormat::kFloat32
+         : type == CacheType::kBFloat16 ? PageFormat::kBFloat16
+                                        : PageFormat::kFloat16;
+}
+
+KvSession::KvSession(const KvSessionSpec& s, const PageLayout& l, PagePool* p, int32_t owner)
     : spec(s),
-      tokens_per_page(tpp),
+      layout(l),
+      tokens_per_page(l.tokens_per_page),
       pool(p),
       owner_index(owner),
       layers(static_cast<size_t>(s.num_layers)),
@@ -65,6 +95,7 @@ KvSessionInfo KvSession::InfoLocked() const {
   KvSessionInfo info;
   info.spec = spec;
   info.tokens_per_page = tokens_per_page;
+  info.token_bytes = layout.token_bytes;
   int64_t pages = 0;
   for (const KvLayer& l : layers) {
     info.layer_tokens.push_back(l.tokens);
@@ -164,7 +195,14 @@ KvCacheStore::~KvCacheStore() = default;
 
 namespace {
 
-Status CheckSpec(KvSessionSpec* s, const KvStoreOptions& o, int64_t* tokens_per_page) {
+Status CheckFormat(CacheFormat f, const char* field) {
+  if (f != CacheFormat::kInt4) return Status::Ok();
+  return Status::InvalidArgument(std::string(field) +
+                                 ": this server stores keys and values unquantized, as int8 or as "
+                                 "fp8_e4m3; int4 is not built yet, got int4");
+}
+
+Status CheckSpec(KvSessionSpec* s, const KvStoreOptions& o, internal::PageLayout* layout) {
   auto positive = [](int64_t v, int64_t most, const char* name) {
     if (v >= 1 && v <= most) return Status::Ok();
     return Status::InvalidArgument(std::string(name) + ": must be in [1, " + std::to_string(most) +
@@ -178,12 +216,18 @@ Status CheckSpec(KvSessionSpec* s, const KvStoreOptions& o, int64_t* tokens_per_
                                    std::to_string(s->value_dim));
   }
   if (s->value_dim == 0) s->value_dim = s->head_dim;
-  const int64_t token_bytes = (s->head_dim + s->value_dim) * CacheTypeBytes(s->cache_type);
-  if (token_bytes > o.page_bytes) {
-    return Status::InvalidArgument("head_dim + value_dim: one token of one head takes " +
-                                   std::to_string(token_bytes) + " bytes as " +
-                                   CacheTypeName(s->cache_type) + ", more than a page (" +
-                                   std::to_string(o.page_bytes) + " bytes)");
+  ATTN_RETURN_IF_ERROR(CheckFormat(s->key_format, "key_format"));
+  ATTN_RETURN_IF_ERROR(CheckFormat(s->value_format, "value_format"));
+  *layout = internal::MakePageLayout(internal::PageFormatOf(s->key_format, s->cache_type),
+                                     internal::PageFormatOf(s->value_format, s->cache_type),
+                                     s->head_dim, s->value_dim, o.page_bytes);
+  if (layout->tokens_per_page == 0) {
+    return Status::InvalidArgument(
+        "head_dim + value_dim: one token of one head takes " +
+        std::to_string(layout->token_bytes) + " bytes as keys " +
+        CacheFormatName(s->key_format, s->cache_type) + " and values " +
+        CacheFormatName(s->value_format, s->cache_type) + ", more than a page (" +
+        std::to_string(o.page_bytes) + " bytes)");
   }
   if (s->max_tokens < 0 || s->max_tokens > o.default_max_tokens) {
     return Status::InvalidArgument(
@@ -191,7 +235,6 @@ Status CheckSpec(KvSessionSpec* s, const KvStoreOptions& o, int64_t* tokens_per_
         "] (0: --max-session-tokens, also the most), got " + std::to_string(s->max_tokens));
   }
   if (s->max_tokens == 0) s->max_tokens = o.default_max_tokens;
-  *tokens_per_page = o.page_bytes / token_bytes;
   return Status::Ok();
 }
 
@@ -200,12 +243,12 @@ Status CheckSpec(KvSessionSpec* s, const KvStoreOptions& o, int64_t* tokens_per_
 StatusOr<KvSessionInfo> KvCacheStore::Create(const KvSessionSpec& spec) {
   KvSessionSpec s = spec;
   if (!s.session_id.empty()) ATTN_RETURN_IF_ERROR(CheckSessionId(s.session_id, "session_id"));
-  int64_t tpp = 0;
-  ATTN_RETURN_IF_ERROR(CheckSpec(&s, impl_->options, &tpp));
+  internal::PageLayout layout;
+  ATTN_RETURN_IF_ERROR(CheckSpec(&s, impl_->options, &layout));
   std::lock_guard<std::mutex> lock(impl_->map_mu);
   Impl::Owner& owner = impl_->OwnerLocked(s.owner);
   ATTN_RETURN_IF_ERROR(impl_->CheckNewIdLocked(s.owner, owner, &s.session_id));
-  auto session = std::make_shared<KvSession>(s, tpp, &impl_->pool, owner.index);
+  auto session = std::make_shared<KvSession>(s, layout, &impl_->pool, owner.index);
   ATTN_RETURN_IF_ERROR(impl_->CheckMetadata(session->MetadataBytesLocked(), "create"));
   session->RecountMetadataLocked();
   owner.sessions.emplace(s.session_id, session);
@@ -250,7 +293,7 @@ StatusOr<KvSessionInfo> KvCacheStore::Fork(const std::string& owner_name, const 
   KvSession& parent = *it->second;
   KvSessionSpec spec = parent.spec;  // the parent's owner: pages are shared within it only
   spec.session_id = child_id;
-  auto child = std::make_shared<KvSession>(spec, parent.tokens_per_page, &impl_->pool, owner.index);
+  auto child = std::make_shared<KvSession>(spec, parent.layout, &impl_->pool, owner.index);
   {
     // The committed pages only: an Extend in flight on the parent commits
     // to the parent alone.

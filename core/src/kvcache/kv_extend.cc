@@ -31,6 +31,27 @@ Status CheckShape(const TensorView& t, const Shape& want, const std::string& wha
                                  DataTypeName(t.dtype) + " " + ShapeToString(t.shape));
 }
 
+// A quantized side holds finite values only: the first other one of `t`
+// [Hkv, n_kv, dim] is INVALID_ARGUMENT naming it.
+Status CheckFinite(const TensorView& t, const internal::PageSide& side, const std::string& what) {
+  if (!side.codec->scaled) return Status::Ok();
+  for (int64_t g = 0; g < t.dim(0); ++g) {
+    for (int64_t i = 0; i < t.dim(1); ++i) {
+      const float* row = t.f32() + g * t.stride(0) + i * t.stride(1);
+      for (int64_t x = 0; x < t.dim(2); ++x) {
+        const float v = row[x * t.stride(2)];
+        if (std::isfinite(v)) continue;
+        return Status::InvalidArgument(
+            what + ": the session stores it as " + side.codec->name +
+            ", which holds finite values only; expected finite values, got " +
+            std::to_string(v) + " at [" + std::to_string(g) + ", " + std::to_string(i) + ", " +
+            std::to_string(x) + "]");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 // The step's shapes against its session; sets hq, n and nkv.
 Status CheckStep(size_t i, int64_t layer, StepPlan* p) {
   const KvSessionSpec& s = p->session->spec;
@@ -68,6 +89,8 @@ Status CheckStep(size_t i, int64_t layer, StepPlan* p) {
     p->nkv = k.dim(1);
     ATTN_RETURN_IF_ERROR(
         CheckShape(*st.value, {s.num_kv_heads, p->nkv, s.value_dim}, at + " value"));
+    ATTN_RETURN_IF_ERROR(CheckFinite(k, p->session->layout.key, at + " key"));
+    ATTN_RETURN_IF_ERROR(CheckFinite(*st.value, p->session->layout.value, at + " value"));
   }
   return Status::Ok();
 }
@@ -284,17 +307,19 @@ Status Reserve(int64_t layer, std::vector<StepPlan>& plans, KvCacheStore::Impl& 
     const int64_t pages_after = (p.after + tpp - 1) / tpp;
     if (!p.cow_heads.empty()) {
       const int64_t used = p.before % tpp;
-      const int64_t es = CacheTypeBytes(s.spec.cache_type);
       for (int64_t g : p.cow_heads) {
         PageId& slot = p.table[static_cast<size_t>((pages_before - 1) * hkv + g)];
         const PageId copy = pages[next++];
         p.fresh.push_back(copy);
-        // The valid prefix of the keys, then of the values.
-        std::memcpy(pool->Data(copy), pool->Data(slot),
-                    static_cast<size_t>(used * s.spec.head_dim * es));
-        const int64_t voff = tpp * s.spec.head_dim * es;
-        std::memcpy(pool->Data(copy) + voff, pool->Data(slot) + voff,
-                    static_cast<size_t>(used * s.spec.value_dim * es));
+        // The valid prefix of each side: its codes, then its factors.
+        for (const internal::PageSide* side : {&s.layout.key, &s.layout.value}) {
+          std::memcpy(side->Row(pool->Data(copy), 0), side->Row(pool->Data(slot), 0),
+                      static_cast<size_t>(used * side->row_bytes));
+          if (side->codec->scaled) {
+            std::memcpy(side->Factors(pool->Data(copy)), side->Factors(pool->Data(slot)),
+                        static_cast<size_t>(used) * 4);
+          }
+        }
         p.replaced.push_back(slot);
         slot = copy;
       }

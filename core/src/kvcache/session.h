@@ -12,6 +12,7 @@
 
 #include "attn/kv_cache.h"
 #include "kvcache/page_pool.h"
+#include "kvformats/page_codec.h"
 
 namespace attn::internal {
 
@@ -26,10 +27,11 @@ struct KvLayer {
 };
 
 struct KvSession {
-  KvSession(const KvSessionSpec& s, int64_t tokens_per_page, PagePool* p, int32_t owner_index);
+  KvSession(const KvSessionSpec& s, const PageLayout& layout, PagePool* p, int32_t owner_index);
   ~KvSession();  // gives back every page it holds
 
   const KvSessionSpec spec;  // value_dim and max_tokens resolved; spec.owner its owner
+  const PageLayout layout;   // where a page keeps its keys and values
   const int64_t tokens_per_page;
   PagePool* const pool;
   const int32_t owner_index;  // spec.owner's index in the pool
@@ -41,7 +43,6 @@ struct KvSession {
   bool gone = false;
   SteadyClock::time_point last_used;
 
-  int64_t page_elems_k() const { return tokens_per_page * spec.head_dim; }
   KvSessionInfo InfoLocked() const;
   // Its memory outside the pages: the state, ids and page tables.
   int64_t MetadataBytesLocked() const;
@@ -49,6 +50,9 @@ struct KvSession {
   void RecountMetadataLocked();
   int64_t metadata_counted = 0;  // its share of the pool's metadata count
 };
+
+// The page format of a side stored as `format` in a cache of `type`.
+PageFormat PageFormatOf(CacheFormat format, CacheType type);
 
 // A session's family, by which balancers route it: the id before its first
 // ':' (all of it without one). A fork stays in its parent's family.

@@ -1,59 +1,48 @@
-#include "kvcache/decode_kernels.h"
+// The decode kernel's in-register loops, AVX2 + FMA + F16C: QK and PV
+// over a page's codes, widened to float32 as they are loaded by a Load
+// policy (`L::T` the stored element, `L::Load(p)` eight of them as an
+// __m256), never staged. A format's file (format_*.cc) instantiates them
+// with its Load. The next page is prefetched a token at a time while this
+// one is used: a kv head's pages lie apart in the pool, where the
+// hardware's stream prefetcher would stop at each page's edge. Internal to
+// core.
+#pragma once
 
-#include "support/isa_cap.h"
+#include <cstdint>
+
 #include "support/simd.h"
 
 namespace attn::internal {
-namespace {
-
-void QkPortable(const float* q, int64_t rows, const float* k, int64_t c, int64_t d, float* s,
-                int64_t lds) {
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t j = 0; j < c; ++j) {
-      float acc = 0.0f;
-      for (int64_t x = 0; x < d; ++x) acc += q[r * d + x] * k[j * d + x];
-      s[r * lds + j] = acc;
-    }
-  }
-}
-
-void PvPortable(const float* p, int64_t rows, int64_t ldp, const float* v, int64_t c, int64_t dv,
-                float* o) {
-  for (int64_t r = 0; r < rows; ++r) {
-    float* orow = o + r * dv;
-    for (int64_t j = 0; j < c; ++j) {
-      const float w = p[r * ldp + j];
-      if (w == 0.0f) continue;
-      for (int64_t x = 0; x < dv; ++x) orow[x] += w * v[j * dv + x];
-    }
-  }
-}
-
-// ---- In-register widening (D and Dv multiples of 8) ------------------------
-// The page's elements are widened as they are loaded, never staged, and
-// the next page is prefetched a token at a time while this one is used:
-// a kv head's pages lie apart in the pool, where the hardware's stream
-// prefetcher would stop at each page's edge.
 
 #define ATTN_DECODE __attribute__((target("avx2,fma,f16c")))
 
-struct LoadF32 {
-  using T = float;
-  ATTN_DECODE static __m256 Load(const float* p) { return _mm256_loadu_ps(p); }
-};
-struct LoadBf16 {
-  using T = uint16_t;
-  ATTN_DECODE static __m256 Load(const uint16_t* p) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+// Sums of four vectors' lanes: {sum a0, sum a1, sum a2, sum a3}.
+ATTN_AVX2 inline __m128 Sum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+  const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+  return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+}
+
+// Prefetches the bytes [j * bytes, (j + 1) * bytes) of `next` (null: none).
+// (GCC deletes a loop whose body is only _mm_prefetch as one without
+// effects; the asm statement keeps each prefetch.)
+inline void PrefetchToken(const uint8_t* next, int64_t bytes, int64_t j) {
+  if (next == nullptr) return;
+  for (int64_t b = 0; b < bytes; b += 64) {
+    asm volatile("prefetcht0 %0" : : "m"(*(next + j * bytes + b)));
   }
-};
-struct LoadF16 {
-  using T = uint16_t;
-  ATTN_DECODE static __m256 Load(const uint16_t* p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  }
-};
+}
+
+// The next page's values, prefetched a slice per chunk of columns.
+inline void PrefetchSlice(const uint8_t* next, int64_t tb, int64_t c, int64_t x, int64_t dv,
+                          int64_t step) {
+  if (next == nullptr) return;
+  const int64_t chunks = dv / step, k = x / step;
+  for (int64_t j = c * k / chunks; j < c * (k + 1) / chunks; ++j) PrefetchToken(next, tb, j);
+}
+
+// The AVX-512 loops run for this width (D or Dv): a multiple of 16 on the
+// AVX-512 tier.
+bool UseAvx512(int64_t width);
 
 template <typename L>
 ATTN_DECODE void QkFast(const float* q, int64_t rows, const typename L::T* k, int64_t c, int64_t d,
@@ -229,42 +218,5 @@ ATTN_DECODE void PvFast(const float* p, int64_t rows, int64_t ldp, const typenam
   }
 }
 
-}  // namespace
-
-const DecodeKernels& GetDecodeKernels() {
-  static const DecodeKernels k = [] {
-    // D or Dv not a multiple of 8 (rare: models use 64, 128, 256) takes
-    // the portable loops on every tier.
-    const bool avx2 = KernelTier() >= IsaTier::kAvx2;
-    return DecodeKernels{QkPortable, PvPortable, &GetSoftmaxKernels(), &GetHalfKernels(), avx2};
-  }();
-  return k;
-}
-
-void QkPage(PageElem e, const float* q, int64_t rows, const uint8_t* k, int64_t c, int64_t d,
-            float* s, int64_t lds, const uint8_t* next) {
-  if (UseAvx512(d)) return QkPage512(e, q, rows, k, c, d, s, lds, next);
-  switch (e) {
-    case PageElem::kFloat32:
-      return QkFast<LoadF32>(q, rows, reinterpret_cast<const float*>(k), c, d, s, lds, next);
-    case PageElem::kBFloat16:
-      return QkFast<LoadBf16>(q, rows, reinterpret_cast<const uint16_t*>(k), c, d, s, lds, next);
-    case PageElem::kFloat16:
-      return QkFast<LoadF16>(q, rows, reinterpret_cast<const uint16_t*>(k), c, d, s, lds, next);
-  }
-}
-
-void PvPage(PageElem e, const float* p, int64_t rows, int64_t ldp, const uint8_t* v, int64_t c,
-            int64_t dv, float* o, const uint8_t* next) {
-  if (UseAvx512(dv)) return PvPage512(e, p, rows, ldp, v, c, dv, o, next);
-  switch (e) {
-    case PageElem::kFloat32:
-      return PvFast<LoadF32>(p, rows, ldp, reinterpret_cast<const float*>(v), c, dv, o, next);
-    case PageElem::kBFloat16:
-      return PvFast<LoadBf16>(p, rows, ldp, reinterpret_cast<const uint16_t*>(v), c, dv, o, next);
-    case PageElem::kFloat16:
-      return PvFast<LoadF16>(p, rows, ldp, reinterpret_cast<const uint16_t*>(v), c, dv, o, next);
-  }
-}
 
 }  // namespace attn::internal

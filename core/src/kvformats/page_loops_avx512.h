@@ -1,32 +1,14 @@
-// The decode kernel's AVX-512 loops: QK and PV of decode_kernels.cc
-// sixteen lanes wide, widening the page's elements in registers as the
-// AVX2 loops do, with half their instructions per byte read (a CPU with
-// fast memory ran the AVX2 loops out of instructions before bandwidth).
-#include "attn/cpu_info.h"
-#include "kvcache/decode_kernels.h"
+// The decode kernel's AVX-512 loops: page_loops.h's QK and PV sixteen
+// lanes wide, with half the instructions per byte read (a CPU with fast
+// memory ran the AVX2 loops out of instructions before bandwidth). `L::Load`
+// gives sixteen widened codes as an __m512. Internal to core.
+#pragma once
+
+#include "kvformats/page_loops.h"
 
 namespace attn::internal {
-namespace {
 
 #define ATTN_DECODE512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
-
-struct Load512F32 {
-  using T = float;
-  ATTN_DECODE512 static __m512 Load(const float* p) { return _mm512_loadu_ps(p); }
-};
-struct Load512Bf16 {
-  using T = uint16_t;
-  ATTN_DECODE512 static __m512 Load(const uint16_t* p) {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }
-};
-struct Load512F16 {
-  using T = uint16_t;
-  ATTN_DECODE512 static __m512 Load(const uint16_t* p) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  }
-};
 
 // A 512-bit sum folded to 256 bits (for Sum4).
 ATTN_DECODE512 inline __m256 Fold(__m512 a) {
@@ -202,39 +184,28 @@ ATTN_DECODE512 void PvFast512(const float* p, int64_t rows, int64_t ldp, const t
   }
 }
 
-}  // namespace
 
-bool UseAvx512(int64_t width) {
-  static const bool avx512 = KernelTier() >= IsaTier::kAvx512;
-  return avx512 && width % 16 == 0;
+}  // namespace attn::internal
+
+namespace attn::internal {
+
+// A format's QK and PV over a page's codes (the PageCodec's qk and pv):
+// sixteen lanes wide where UseAvx512(width), eight otherwise. L2 and L512
+// load the same element type.
+template <typename L2, typename L512>
+void QkPageOf(const float* q, int64_t rows, const uint8_t* k, int64_t c, int64_t d, float* s,
+              int64_t lds, const uint8_t* next) {
+  const auto* kt = reinterpret_cast<const typename L2::T*>(k);
+  if (UseAvx512(d)) return QkFast512<L512>(q, rows, kt, c, d, s, lds, next);
+  QkFast<L2>(q, rows, kt, c, d, s, lds, next);
 }
 
-void QkPage512(PageElem e, const float* q, int64_t rows, const uint8_t* k, int64_t c, int64_t d,
-               float* s, int64_t lds, const uint8_t* next) {
-  switch (e) {
-    case PageElem::kFloat32:
-      return QkFast512<Load512F32>(q, rows, reinterpret_cast<const float*>(k), c, d, s, lds, next);
-    case PageElem::kBFloat16:
-      return QkFast512<Load512Bf16>(q, rows, reinterpret_cast<const uint16_t*>(k), c, d, s, lds,
-                                    next);
-    case PageElem::kFloat16:
-      return QkFast512<Load512F16>(q, rows, reinterpret_cast<const uint16_t*>(k), c, d, s, lds,
-                                   next);
-  }
-}
-
-void PvPage512(PageElem e, const float* p, int64_t rows, int64_t ldp, const uint8_t* v, int64_t c,
-               int64_t dv, float* o, const uint8_t* next) {
-  switch (e) {
-    case PageElem::kFloat32:
-      return PvFast512<Load512F32>(p, rows, ldp, reinterpret_cast<const float*>(v), c, dv, o, next);
-    case PageElem::kBFloat16:
-      return PvFast512<Load512Bf16>(p, rows, ldp, reinterpret_cast<const uint16_t*>(v), c, dv, o,
-                                    next);
-    case PageElem::kFloat16:
-      return PvFast512<Load512F16>(p, rows, ldp, reinterpret_cast<const uint16_t*>(v), c, dv, o,
-                                   next);
-  }
+template <typename L2, typename L512>
+void PvPageOf(const float* p, int64_t rows, int64_t ldp, const uint8_t* v, int64_t c, int64_t dv,
+              float* o, const uint8_t* next) {
+  const auto* vt = reinterpret_cast<const typename L2::T*>(v);
+  if (UseAvx512(dv)) return PvFast512<L512>(p, rows, ldp, vt, c, dv, o, next);
+  PvFast<L2>(p, rows, ldp, vt, c, dv, o, next);
 }
 
 }  // namespace attn::internal

@@ -1,0 +1,99 @@
+// FP8_E4M3: float8 e4m3 codes (OCP FP8 E4M3: bias 7, largest 448, no
+// infinities) with a float32 factor per (token, kv head): x / (max|x| / 448)
+// in float64 rounded to the nearest e4m3 value, ties to the even code,
+// saturating at 448. A code widens in registers through float16: its sign,
+// exponent and mantissa bits moved into a half's places give the code's
+// value times 2^-8, so the stored factor is (max|x| / 448) * 256.
+#include <cmath>
+#include <cstring>
+
+#include "kvformats/formats.h"
+#include "kvformats/page_loops_avx512.h"
+
+namespace attn::internal {
+namespace {
+
+struct LoadFp8 {
+  using T = uint8_t;
+  ATTN_DECODE static __m256 Load(const uint8_t* p) {
+    const __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    const __m128i sign = _mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x80)), 8);
+    const __m128i rest = _mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x7F)), 7);
+    return _mm256_cvtph_ps(_mm_or_si128(sign, rest));
+  }
+};
+struct Load512Fp8 {
+  using T = uint8_t;
+  ATTN_DECODE512 static __m512 Load(const uint8_t* p) {
+    const __m256i b =
+        _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    const __m256i sign = _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x80)), 8);
+    const __m256i rest = _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x7F)), 7);
+    return _mm512_cvtph_ps(_mm256_or_si256(sign, rest));
+  }
+};
+
+// The e4m3 code nearest to y (ties to the even code), saturating at 448.
+uint8_t E4m3Code(double y) {
+  const uint8_t sign = std::signbit(y) ? 0x80 : 0x00;
+  const double a = std::fabs(y);
+  if (a >= 448.0) return sign | 0x7E;
+  if (a < 0x1p-6) {  // subnormal: steps of 2^-9 (8 steps reach 2^-6, code 0x08)
+    return static_cast<uint8_t>(sign | static_cast<int>(std::nearbyint(a * 512.0)));
+  }
+  int ex = 0;
+  std::frexp(a, &ex);
+  int e = ex - 1;  // a in [2^e, 2^(e+1))
+  int m = static_cast<int>(std::nearbyint((std::ldexp(a, -e) - 1.0) * 8.0));
+  if (m == 8) m = 0, ++e;
+  const int code = std::min(((e + 7) << 3) | m, 0x7E);
+  return static_cast<uint8_t>(sign | code);
+}
+
+float EncodeFp8(const float* src, int64_t dim, uint8_t* row) {
+  float amax = 0.0f;
+  for (int64_t x = 0; x < dim; ++x) amax = std::max(amax, std::fabs(src[x]));
+  const float scale = amax / 448.0f;
+  if (scale == 0.0f) {
+    std::memset(row, 0, static_cast<size_t>(dim));
+    return 0.0f;
+  }
+  for (int64_t x = 0; x < dim; ++x) {
+    row[x] = E4m3Code(static_cast<double>(src[x]) / static_cast<double>(scale));
+  }
+  return scale * 256.0f;
+}
+
+// A code's value times 2^-8, as the registers widen it.
+const float* Fp8Table() {
+  static const auto* t = [] {
+    auto* v = new float[256];
+    for (int b = 0; b < 256; ++b) {
+      const int e = (b >> 3) & 15, m = b & 7;
+      const double mag = e == 0 ? std::ldexp(m, -9) : std::ldexp(8 + m, e - 10);
+      v[b] = static_cast<float>(std::ldexp((b & 0x80) ? -mag : mag, -8));
+    }
+    return v;
+  }();
+  return t;
+}
+
+void WidenFp8(const uint8_t* codes, int64_t n, float* dst) {
+  const float* t = Fp8Table();
+  for (int64_t i = 0; i < n; ++i) dst[i] = t[codes[i]];
+}
+
+}  // namespace
+
+const PageCodec& Fp8E4M3Codec() {
+  static const PageCodec c{"fp8_e4m3",
+                           1,
+                           true,
+                           EncodeFp8,
+                           WidenFp8,
+                           QkPageOf<LoadFp8, Load512Fp8>,
+                           PvPageOf<LoadFp8, Load512Fp8>};
+  return c;
+}
+
+}  // namespace attn::internal

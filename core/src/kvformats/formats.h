@@ -1,0 +1,17 @@
+// The page formats' codecs (page_codec.h), one file each. Internal to core.
+#pragma once
+
+#include "kvformats/page_codec.h"
+
+namespace attn::internal {
+
+// format_float.cc: the values as given, rounded to the type.
+const PageCodec& Float32Codec();
+const PageCodec& BFloat16Codec();
+const PageCodec& Float16Codec();
+// format_int8.cc: symmetric int8 codes, a factor per (token, kv head).
+const PageCodec& Int8Codec();
+// format_fp8.cc: float8 e4m3 codes, a factor per (token, kv head).
+const PageCodec& Fp8E4M3Codec();
+
+}  // namespace attn::internal

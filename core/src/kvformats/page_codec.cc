@@ -1,0 +1,98 @@
+#include "kvformats/page_codec.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "kvformats/formats.h"
+#include "support/isa_cap.h"
+
+namespace attn::internal {
+
+const PageCodec& CodecOf(PageFormat format) {
+  switch (format) {
+    case PageFormat::kFloat32:
+      return Float32Codec();
+    case PageFormat::kBFloat16:
+      return BFloat16Codec();
+    case PageFormat::kFloat16:
+      return Float16Codec();
+    case PageFormat::kInt8:
+      return Int8Codec();
+    case PageFormat::kFp8E4M3:
+      return Fp8E4M3Codec();
+  }
+  return Float32Codec();
+}
+
+bool InRegisterTier() {
+  static const bool avx2 = KernelTier() >= IsaTier::kAvx2;
+  return avx2;
+}
+
+bool UseAvx512(int64_t width) {
+  static const bool avx512 = KernelTier() >= IsaTier::kAvx512;
+  return avx512 && width % 16 == 0;
+}
+
+namespace {
+
+constexpr int64_t kAlign = 64;
+
+int64_t RoundUp(int64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+// Lays out T tokens of a side from `at`; returns where the next region may start.
+int64_t PlaceSide(const PageCodec& codec, int64_t dim, int64_t T, int64_t at, PageSide* side) {
+  side->codec = &codec;
+  side->offset = at;
+  side->row_bytes = dim * codec.elem_bytes;
+  int64_t end = at + T * side->row_bytes;
+  if (codec.scaled) {
+    side->factors = RoundUp(end);
+    end = side->factors + T * 4;
+  }
+  return RoundUp(end);
+}
+
+}  // namespace
+
+PageLayout MakePageLayout(PageFormat key, PageFormat value, int64_t d, int64_t dv,
+                          int64_t page_bytes) {
+  const PageCodec& kc = CodecOf(key);
+  const PageCodec& vc = CodecOf(value);
+  PageLayout l;
+  l.token_bytes = d * kc.elem_bytes + dv * vc.elem_bytes + (kc.scaled ? 4 : 0) +
+                  (vc.scaled ? 4 : 0);
+  // The most tokens whose aligned regions fit (alignment costs at most a
+  // few cache lines, so a handful of steps down from the unaligned count).
+  for (int64_t T = page_bytes / l.token_bytes; T >= 1; --T) {
+    PageLayout t = l;
+    const int64_t mid = PlaceSide(kc, d, T, 0, &t.key);
+    if (PlaceSide(vc, dv, T, mid, &t.value) <= page_bytes) {
+      t.tokens_per_page = T;
+      return t;
+    }
+  }
+  return l;
+}
+
+void EncodeToken(const PageSide& side, const float* src, int64_t stride, int64_t dim, float* tmp,
+                 uint8_t* page, int64_t j) {
+  if (stride != 1) {
+    for (int64_t x = 0; x < dim; ++x) tmp[x] = src[x * stride];
+    src = tmp;
+  }
+  const float factor = side.codec->encode(src, dim, side.Row(page, j));
+  if (side.codec->scaled) side.Factors(page)[j] = factor;
+}
+
+void DecodeTokens(const PageSide& side, const uint8_t* page, int64_t j, int64_t c, int64_t dim,
+                  float* dst) {
+  side.codec->widen(side.Row(page, j), c * dim, dst);
+  if (!side.codec->scaled) return;
+  const float* f = side.Factors(page) + j;
+  for (int64_t i = 0; i < c; ++i) {
+    for (int64_t x = 0; x < dim; ++x) dst[i * dim + x] *= f[i];
+  }
+}
+
+}  // namespace attn::internal

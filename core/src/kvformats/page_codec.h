@@ -1,0 +1,86 @@
+// How a KV-cache page stores its keys and its values: one codec per format
+// (format_*.cc), and the page's layout. Adding a format is one new file
+// here: its codec (bytes per token, write a token, widen codes, the decode
+// kernel's QK and PV over its codes) and its line in CodecOf. Internal to
+// core.
+//
+// A page of one (layer, kv head) holds T tokens: the keys' region, then the
+// values' region. A region is T rows of codes, then (a scaled format) T
+// float32 factors, one per token: a token's value is its codes widened
+// times its factor. The decode kernel folds the factors into the scores
+// (keys) and into the weights (values), so its loops read codes only.
+#pragma once
+
+#include <cstdint>
+
+namespace attn::internal {
+
+// The stored formats. The floating ones keep a value as it is given,
+// rounded to the type; the quantized ones (Int8, Fp8E4M3) keep codes and a
+// factor per (token, kv head).
+enum class PageFormat { kFloat32, kBFloat16, kFloat16, kInt8, kFp8E4M3 };
+
+// s[r * lds + j] = q_r . codes_j widened, for r < rows, j < c.
+using QkCodesFn = void (*)(const float* q, int64_t rows, const uint8_t* k, int64_t c, int64_t d,
+                           float* s, int64_t lds, const uint8_t* next);
+// o[r * dv + x] += sum_j p[r * ldp + j] * codes_j[x] widened.
+using PvCodesFn = void (*)(const float* p, int64_t rows, int64_t ldp, const uint8_t* v, int64_t c,
+                           int64_t dv, float* o, const uint8_t* next);
+
+struct PageCodec {
+  const char* name;
+  int elem_bytes;  // bytes of one code
+  bool scaled;     // a float32 factor per token after the region's rows
+  // Writes one token's `dim` values as codes into `row` and returns its
+  // factor (1 for an unscaled format). Values are finite for a scaled
+  // format (the caller checks).
+  float (*encode)(const float* src, int64_t dim, uint8_t* row);
+  // Widens n codes (without the factor) into dst.
+  void (*widen)(const uint8_t* codes, int64_t n, float* dst);
+  // The in-register loops, for dims that are multiples of 8 on the AVX2
+  // tier and above (InRegister); `next` (or null) the same place in the
+  // page read next, prefetched a token at a time.
+  QkCodesFn qk;
+  PvCodesFn pv;
+};
+
+const PageCodec& CodecOf(PageFormat format);
+// The AVX2 tier or above: the codecs' qk and pv may run for dims that are
+// multiples of 8.
+bool InRegisterTier();
+
+// Where a page keeps a side's (keys' or values') tokens.
+struct PageSide {
+  const PageCodec* codec = nullptr;
+  int64_t offset = 0;     // of the region in the page
+  int64_t row_bytes = 0;  // one token's codes
+  int64_t factors = 0;    // offset of the factors in the page (scaled formats)
+  uint8_t* Row(uint8_t* page, int64_t j) const { return page + offset + j * row_bytes; }
+  const uint8_t* Row(const uint8_t* page, int64_t j) const {
+    return page + offset + j * row_bytes;
+  }
+  float* Factors(uint8_t* page) const { return reinterpret_cast<float*>(page + factors); }
+  const float* Factors(const uint8_t* page) const {
+    return reinterpret_cast<const float*>(page + factors);
+  }
+};
+
+struct PageLayout {
+  int64_t tokens_per_page = 0;  // 0: one token does not fit a page
+  PageSide key, value;
+  int64_t token_bytes = 0;  // one token of one kv head, keys and values, factors included
+};
+
+// The layout of `page_bytes` pages for D = d keys and Dv = dv values; each
+// region starts on a 64-byte boundary.
+PageLayout MakePageLayout(PageFormat key, PageFormat value, int64_t d, int64_t dv,
+                          int64_t page_bytes);
+
+// Writes a token's keys or values at slot j of the page (codes and factor).
+void EncodeToken(const PageSide& side, const float* src, int64_t stride, int64_t dim, float* tmp,
+                 uint8_t* page, int64_t j);
+// Widens tokens [j, j + c) of a side into dst [c, dim], factors applied.
+void DecodeTokens(const PageSide& side, const uint8_t* page, int64_t j, int64_t c, int64_t dim,
+                  float* dst);
+
+}  // namespace attn::internal

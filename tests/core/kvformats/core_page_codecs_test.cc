@@ -1,0 +1,299 @@
+// The page formats (kvformats/): each codec's codes against a float64 model
+// of its quantizer written here, exactly (int8: round half to even of
+// x / (max|x| / 127); fp8 e4m3: the nearest of the 127 finite e4m3
+// magnitudes, ties to the even code), and each codec's in-register QK and
+// PV against a float64 loop over the widened codes, for every row count
+// the unrolled loops split differently (1-9), D and Dv multiples of 8 and
+// 16 (the AVX2 and AVX-512 loops and their remainders) and page chunks of 1
+// to 64 tokens; on the tier the CPU has and, through ATTN_MAX_ISA, each
+// lower one. And the page layout: regions apart, inside the page, as many
+// tokens as fit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "attn/cpu_info.h"
+#include "attn/half.h"
+#include "kvformats/page_codec.h"
+
+namespace {
+
+using attn::internal::CodecOf;
+using attn::internal::PageCodec;
+using attn::internal::PageFormat;
+
+// ---- float64 models of the quantizers --------------------------------------
+
+double RoundHalfEven(double y) {
+  const double f = std::floor(y), diff = y - f;
+  if (diff > 0.5) return f + 1;
+  if (diff < 0.5) return f;
+  return std::fmod(f, 2.0) == 0.0 ? f : f + 1;
+}
+
+// The value of a finite e4m3 code (sign bit 0x80, exponent 4 bits bias 7,
+// mantissa 3 bits).
+double E4m3Value(int code) {
+  const int e = (code >> 3) & 15, m = code & 7;
+  const double mag = e == 0 ? m / 8.0 * std::pow(2.0, -6) : (1 + m / 8.0) * std::pow(2.0, e - 7);
+  return (code & 0x80) ? -mag : mag;
+}
+
+struct Quantized {
+  std::vector<uint8_t> codes;
+  float factor = 0;
+  std::vector<double> raw;  // each code's value as the loops widen it
+};
+
+Quantized ModelInt8(const std::vector<float>& x) {
+  double amax = 0;
+  for (float v : x) amax = std::max(amax, std::fabs(double(v)));
+  Quantized q;
+  q.factor = static_cast<float>(amax / 127.0);  // division rounded once to float32
+  for (float v : x) {
+    const double c =
+        q.factor == 0 ? 0 : std::min(127.0, std::max(-127.0, RoundHalfEven(v / double(q.factor))));
+    q.codes.push_back(static_cast<uint8_t>(static_cast<int8_t>(c)));
+    q.raw.push_back(c);
+  }
+  return q;
+}
+
+Quantized ModelFp8(const std::vector<float>& x) {
+  double amax = 0;
+  for (float v : x) amax = std::max(amax, std::fabs(double(v)));
+  const float scale = static_cast<float>(amax / 448.0);
+  Quantized q;
+  q.factor = scale * 256.0f;
+  for (float v : x) {
+    int best = 0;
+    if (scale != 0) {
+      const double y = std::fabs(v / double(scale));
+      for (int c = 1; c <= 0x7E; ++c) {  // nearest magnitude; a tie goes to the even code
+        const double dc = std::fabs(E4m3Value(c) - y), db = std::fabs(E4m3Value(best) - y);
+        if (dc < db || (dc == db && c % 2 == 0)) best = c;
+      }
+      if (std::signbit(v)) best |= 0x80;
+    } else if (std::signbit(v)) {
+      best = 0;  // all zeros: stored as +0
+    }
+    q.codes.push_back(static_cast<uint8_t>(best));
+    q.raw.push_back(E4m3Value(best) / 256.0);
+  }
+  return q;
+}
+
+// Rows of values a quantizer meets: N(0,1), outliers, exact halves between
+// codes, zeros, tiny values.
+std::vector<std::vector<float>> QuantizerInputs(std::mt19937& rng, int64_t dim) {
+  std::normal_distribution<float> n01(0.0f, 1.0f);
+  std::vector<std::vector<float>> rows;
+  for (int i = 0; i < 200; ++i) {
+    std::vector<float> x(static_cast<size_t>(dim));
+    for (float& v : x) v = n01(rng);
+    if (i % 4 == 1) x[static_cast<size_t>(i) % x.size()] *= 20.0f;  // an outlier channel
+    if (i % 4 == 2) {  // 127 at the largest: code k lies at k, halves in between
+      for (size_t j = 0; j < x.size(); ++j) x[j] = static_cast<float>(j % 255) / 2.0f - 63.5f;
+      x[0] = 127.0f;
+    }
+    if (i % 4 == 3) {
+      for (float& v : x) v *= 1e-3f;
+    }
+    rows.push_back(x);
+  }
+  rows.push_back(std::vector<float>(static_cast<size_t>(dim), 0.0f));
+  std::vector<float> tiny(static_cast<size_t>(dim), 0.0f);
+  tiny[1] = -1e-30f;
+  rows.push_back(tiny);
+  return rows;
+}
+
+void ExpectCodesAsModelled(PageFormat f, Quantized (*model)(const std::vector<float>&)) {
+  const PageCodec& c = CodecOf(f);
+  ASSERT_TRUE(c.scaled);
+  std::mt19937 rng(11);
+  for (int64_t dim : {8, 64, 128}) {
+    int row = 0;
+    for (const std::vector<float>& x : QuantizerInputs(rng, dim)) {
+      SCOPED_TRACE("dim " + std::to_string(dim) + " row " + std::to_string(row++));
+      std::vector<uint8_t> codes(static_cast<size_t>(dim));
+      const float factor = c.encode(x.data(), dim, codes.data());
+      const Quantized want = model(x);
+      ASSERT_EQ(factor, want.factor);
+      ASSERT_EQ(codes, want.codes);
+      std::vector<float> widened(static_cast<size_t>(dim));
+      c.widen(codes.data(), dim, widened.data());
+      for (int64_t i = 0; i < dim; ++i) ASSERT_EQ(double(widened[i]), want.raw[i]) << i;
+    }
+  }
+}
+
+TEST(PageCodecs, Int8CodesAreTheQuantizersExactly) {
+  ExpectCodesAsModelled(PageFormat::kInt8, ModelInt8);
+}
+
+TEST(PageCodecs, Fp8CodesAreTheNearestE4m3Exactly) {
+  ExpectCodesAsModelled(PageFormat::kFp8E4M3, ModelFp8);
+  // Every code widens to its value (times 2^-8): subnormals, 448, both signs.
+  const PageCodec& c = CodecOf(PageFormat::kFp8E4M3);
+  for (int b = 0; b < 256; ++b) {
+    if ((b & 0x7F) == 0x7F) continue;  // e4m3's NaN: never written
+    const uint8_t code = static_cast<uint8_t>(b);
+    float w;
+    c.widen(&code, 1, &w);
+    ASSERT_EQ(double(w), E4m3Value(b) / 256.0) << b;
+  }
+}
+
+// ---- the in-register loops --------------------------------------------------
+
+// A page of `n` codes of format f, and the values they widen to.
+struct Page {
+  std::vector<uint8_t> bytes;
+  std::vector<double> held;
+};
+
+Page Store(PageFormat f, int64_t n, std::mt19937& rng) {
+  Page p;
+  std::uniform_int_distribution<int> u(-16, 16);
+  if (f == PageFormat::kInt8 || f == PageFormat::kFp8E4M3) {
+    std::uniform_int_distribution<int> b(0, 255);
+    for (int64_t i = 0; i < n; ++i) {
+      int code = b(rng);
+      if (f == PageFormat::kInt8) {
+        code = code == 128 ? 0 : code;  // -128: never written
+        p.held.push_back(static_cast<int8_t>(code));
+      } else {
+        if ((code & 0x7F) == 0x7F) code = 0x7E;  // NaN: never written
+        p.held.push_back(E4m3Value(code) / 256.0);  // as the loops widen it
+      }
+      p.bytes.push_back(static_cast<uint8_t>(code));
+    }
+    return p;
+  }
+  // Values with few mantissa bits: exact in bf16 and f16.
+  const size_t es = f == PageFormat::kFloat32 ? 4 : 2;
+  p.bytes.resize(static_cast<size_t>(n) * es);
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = static_cast<float>(u(rng)) / 8.0f;
+    if (f == PageFormat::kFloat32) {
+      std::memcpy(&p.bytes[i * 4], &x, 4);
+    } else {
+      uint16_t h;
+      attn::FloatToHalf(f == PageFormat::kBFloat16 ? attn::HalfType::kBFloat16
+                                                   : attn::HalfType::kFloat16,
+                        &x, &h, 1);
+      std::memcpy(&p.bytes[i * 2], &h, 2);
+    }
+    p.held.push_back(x);
+  }
+  return p;
+}
+
+std::vector<float> Values(size_t n, std::mt19937& rng) {
+  std::uniform_int_distribution<int> u(-16, 16);
+  std::vector<float> x(n);
+  for (float& v : x) v = static_cast<float>(u(rng)) / 8.0f;
+  return x;
+}
+
+class PageLoops : public ::testing::TestWithParam<PageFormat> {};
+
+TEST_P(PageLoops, QkAndPvEqualFloat64) {
+  if (!attn::internal::InRegisterTier()) {
+    GTEST_SKIP() << "the portable tier reads pages through the portable loops";
+  }
+  const PageCodec& codec = CodecOf(GetParam());
+  std::mt19937 rng(5);
+  int cases = 0;
+  for (int64_t d : {8, 16, 24, 32, 48, 64, 80, 128, 256}) {
+    for (int64_t rows : {1, 2, 3, 4, 5, 8, 9}) {
+      for (int64_t c : {1, 2, 3, 5, 16, 63, 64}) {
+        SCOPED_TRACE("d " + std::to_string(d) + " rows " + std::to_string(rows) + " c " +
+                     std::to_string(c));
+        const std::vector<float> q = Values(static_cast<size_t>(rows * d), rng);
+        const Page k = Store(GetParam(), c * d, rng);
+        const Page v = Store(GetParam(), c * d, rng);
+        const Page next = Store(GetParam(), c * d, rng);  // prefetched only
+        const int64_t lds = c + 3;
+        std::vector<float> s(static_cast<size_t>(rows * lds), -7.0f);
+        codec.qk(q.data(), rows, k.bytes.data(), c, d, s.data(), lds, next.bytes.data());
+        // Weights for PV: the scores scaled down, some exactly 0.
+        std::vector<float> p(static_cast<size_t>(rows * lds));
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t j = 0; j < c; ++j) {
+            double want = 0;
+            for (int64_t x = 0; x < d; ++x) want += double(q[r * d + x]) * k.held[j * d + x];
+            ASSERT_NEAR(s[r * lds + j], want, 1e-4 * (1 + std::fabs(want))) << r << "," << j;
+            p[r * lds + j] = (j % 5 == 3) ? 0.0f : static_cast<float>((r + 1) * (j + 2)) / 64.0f;
+          }
+          for (int64_t j = c; j < lds; ++j) ASSERT_EQ(s[r * lds + j], -7.0f) << "written past c";
+        }
+        std::vector<float> o(static_cast<size_t>(rows * d));
+        for (size_t i = 0; i < o.size(); ++i) o[i] = static_cast<float>(i % 7) / 4.0f;
+        const std::vector<float> o0 = o;
+        codec.pv(p.data(), rows, lds, v.bytes.data(), c, d, o.data(), next.bytes.data());
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t x = 0; x < d; ++x) {
+            double want = o0[r * d + x];
+            for (int64_t j = 0; j < c; ++j) want += double(p[r * lds + j]) * v.held[j * d + x];
+            ASSERT_NEAR(o[r * d + x], want, 1e-4 * (1 + std::fabs(want))) << r << "," << x;
+          }
+        }
+        ++cases;
+      }
+    }
+  }
+  EXPECT_EQ(cases, 9 * 7 * 7);
+  std::printf("%s, kernel tier %s\n", codec.name, attn::IsaTierName(attn::KernelTier()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, PageLoops,
+                         ::testing::Values(PageFormat::kFloat32, PageFormat::kBFloat16,
+                                           PageFormat::kFloat16, PageFormat::kInt8,
+                                           PageFormat::kFp8E4M3));
+
+// ---- the page's layout ------------------------------------------------------
+
+TEST(PageLayout, RegionsApartInsideThePageAndAsManyTokensAsFit) {
+  const PageFormat all[] = {PageFormat::kFloat32, PageFormat::kBFloat16, PageFormat::kFloat16,
+                            PageFormat::kInt8, PageFormat::kFp8E4M3};
+  for (PageFormat kf : all) {
+    for (PageFormat vf : all) {
+      for (int64_t d : {8, 64, 128, 200}) {
+        const int64_t page = 32 << 10;
+        const auto l = attn::internal::MakePageLayout(kf, vf, d, d, page);
+        const int64_t T = l.tokens_per_page;
+        SCOPED_TRACE(std::string(CodecOf(kf).name) + "/" + CodecOf(vf).name + " d " +
+                     std::to_string(d));
+        ASSERT_GE(T, 1);
+        // [start, end) of each region, in page order.
+        std::vector<std::pair<int64_t, int64_t>> regions = {
+            {l.key.offset, l.key.offset + T * l.key.row_bytes}};
+        if (l.key.codec->scaled) regions.push_back({l.key.factors, l.key.factors + 4 * T});
+        regions.push_back({l.value.offset, l.value.offset + T * l.value.row_bytes});
+        if (l.value.codec->scaled) regions.push_back({l.value.factors, l.value.factors + 4 * T});
+        for (size_t i = 0; i < regions.size(); ++i) {
+          ASSERT_EQ(regions[i].first % 64, 0);
+          if (i > 0) {
+            ASSERT_GE(regions[i].first, regions[i - 1].second);
+          }
+        }
+        ASSERT_LE(regions.back().second, page);
+        // One token more would not fit even unaligned (or the alignment
+        // cost it: at most a cache line a region).
+        ASSERT_GT((T + 1) * l.token_bytes + 64 * static_cast<int64_t>(regions.size()), page);
+      }
+    }
+  }
+  // int8 keys and values of D = 128: 128 + 4 bytes a side, 0.52 of bf16's.
+  const auto i8 = attn::internal::MakePageLayout(PageFormat::kInt8, PageFormat::kInt8, 128, 128,
+                                                 32 << 10);
+  EXPECT_EQ(i8.token_bytes, 264);
+  EXPECT_EQ(i8.tokens_per_page, 124);  // 32768 / 264, each region aligned
+}
+
+}  // namespace
