@@ -1,7 +1,8 @@
-// A float64 replay of KV-cache sessions (issue 25): every token a layer
-// holds, rounded to the cache's type as the server stores it, so that each
-// Extend result can be checked against one-shot attention over the layer's
-// tokens (variants_reference.h). Used by core's and the server's tests.
+// A float64 replay of KV-cache sessions: every token a layer holds, rounded
+// to the cache's type (or quantized, kv_quant_model.h) as the server stores
+// it, so that each Extend result can be checked against one-shot attention
+// over the layer's tokens (variants_reference.h). Used by core's and the
+// server's tests.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "attn/half.h"
+#include "kv_quant_model.h"
 #include "tensor_compare.h"
 #include "variants_reference.h"
 
@@ -41,10 +43,15 @@ inline float RoundTo(ReplayType t, float x) {
   return back;
 }
 
+// What a quantized side holds of a token's values (kv_quant_model.h), or
+// null: the side is rounded to the session's type.
+using ReplayQuantizer = Quantized (*)(const std::vector<float>&);
+
 // One session's tokens: per layer, K [Hkv][L][D] and V [Hkv][L][Dv].
 struct ReplaySession {
   int64_t layers = 1, hkv = 1, d = 1, dv = 1;
   ReplayType type = ReplayType::kFloat32;
+  ReplayQuantizer key_q = nullptr, value_q = nullptr;
   std::vector<std::vector<std::vector<float>>> k, v;  // [layer][head] -> L * D
 
   ReplaySession() = default;
@@ -62,10 +69,19 @@ struct ReplaySession {
   // key [Hkv, n, D], value [Hkv, n, Dv], dense.
   void Append(int64_t layer, const std::vector<float>& key, const std::vector<float>& value,
               int64_t n) {
+    auto put = [this](ReplayQuantizer q, const float* row, int64_t dim, std::vector<float>* to) {
+      if (q == nullptr) {
+        for (int64_t x = 0; x < dim; ++x) to->push_back(RoundTo(type, row[x]));
+        return;
+      }
+      for (double h : q(std::vector<float>(row, row + dim)).value) {
+        to->push_back(static_cast<float>(h));
+      }
+    };
     for (int64_t g = 0; g < hkv; ++g) {
-      for (int64_t i = 0; i < n * d; ++i) k[layer][g].push_back(RoundTo(type, key[g * n * d + i]));
-      for (int64_t i = 0; i < n * dv; ++i) {
-        v[layer][g].push_back(RoundTo(type, value[g * n * dv + i]));
+      for (int64_t i = 0; i < n; ++i) {
+        put(key_q, key.data() + (g * n + i) * d, d, &k[layer][g]);
+        put(value_q, value.data() + (g * n + i) * dv, dv, &v[layer][g]);
       }
     }
   }

@@ -15,50 +15,7 @@ using internal::KvSession;
 using internal::PageId;
 using internal::SteadyClock;
 
-const char* CacheTypeName(CacheType type) {
-  switch (type) {
-    case CacheType::kFloat32:
-      return "float32";
-    case CacheType::kBFloat16:
-      return "bfloat16";
-    case CacheType::kFloat16:
-      return "float16";
-  }
-  return "float32";
-}
-
-int CacheTypeBytes(CacheType type) { return type == CacheType::kFloat32 ? 4 : 2; }
-
-const char* CacheFormatName(CacheFormat format, CacheType type) {
-  switch (format) {
-    case CacheFormat::kAsCacheType:
-      return CacheTypeName(type);
-    case CacheFormat::kInt8:
-      return "int8";
-    case CacheFormat::kFp8E4M3:
-      return "fp8_e4m3";
-    case CacheFormat::kInt4:
-      return "int4";
-  }
-  return CacheTypeName(type);
-}
-
 namespace internal {
-
-PageFormat PageFormatOf(CacheFormat format, CacheType type) {
-  switch (format) {
-    case CacheFormat::kInt8:
-      return PageFormat::kInt8;
-    case CacheFormat::kFp8E4M3:
-      return PageFormat::kFp8E4M3;
-    case CacheFormat::kAsCacheType:
-    case CacheFormat::kInt4:  // refused at create
-      break;
-  }
-  return type == CacheType::kFloat32   ? PageFormat::kFloat32
-         : type == CacheType::kBFloat16 ? PageFormat::kBFloat16
-                                        : PageFormat::kFloat16;
-}
 
 KvSession::KvSession(const KvSessionSpec& s, const PageLayout& l, PagePool* p, int32_t owner)
     : spec(s),
@@ -223,9 +180,8 @@ Status CheckSpec(KvSessionSpec* s, const KvStoreOptions& o, internal::PageLayout
                                      s->head_dim, s->value_dim, o.page_bytes);
   if (layout->tokens_per_page == 0) {
     return Status::InvalidArgument(
-        "head_dim + value_dim: one token of one head takes " +
-        std::to_string(layout->token_bytes) + " bytes as keys " +
-        CacheFormatName(s->key_format, s->cache_type) + " and values " +
+        "head_dim + value_dim: one token of one head takes " + std::to_string(layout->token_bytes) +
+        " bytes as keys " + CacheFormatName(s->key_format, s->cache_type) + " and values " +
         CacheFormatName(s->value_format, s->cache_type) + ", more than a page (" +
         std::to_string(o.page_bytes) + " bytes)");
   }

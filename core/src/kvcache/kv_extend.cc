@@ -43,9 +43,9 @@ Status CheckFinite(const TensorView& t, const internal::PageSide& side, const st
         if (std::isfinite(v)) continue;
         return Status::InvalidArgument(
             what + ": the session stores it as " + side.codec->name +
-            ", which holds finite values only; expected finite values, got " +
-            std::to_string(v) + " at [" + std::to_string(g) + ", " + std::to_string(i) + ", " +
-            std::to_string(x) + "]");
+            ", which holds finite values only; expected finite values, got " + std::to_string(v) +
+            " at [" + std::to_string(g) + ", " + std::to_string(i) + ", " + std::to_string(x) +
+            "]");
       }
     }
   }

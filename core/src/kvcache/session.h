@@ -51,9 +51,6 @@ struct KvSession {
   int64_t metadata_counted = 0;  // its share of the pool's metadata count
 };
 
-// The page format of a side stored as `format` in a cache of `type`.
-PageFormat PageFormatOf(CacheFormat format, CacheType type);
-
 // A session's family, by which balancers route it: the id before its first
 // ':' (all of it without one). A fork stays in its parent's family.
 std::string FamilyOf(const std::string& id);

@@ -25,8 +25,7 @@ struct LoadFp8 {
 struct Load512Fp8 {
   using T = uint8_t;
   ATTN_DECODE512 static __m512 Load(const uint8_t* p) {
-    const __m256i b =
-        _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     const __m256i sign = _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x80)), 8);
     const __m256i rest = _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x7F)), 7);
     return _mm512_cvtph_ps(_mm256_or_si256(sign, rest));

@@ -3,10 +3,56 @@
 #include <algorithm>
 #include <vector>
 
+#include "attn/kv_cache.h"
 #include "kvformats/formats.h"
 #include "support/isa_cap.h"
 
-namespace attn::internal {
+namespace attn {
+
+const char* CacheTypeName(CacheType type) {
+  switch (type) {
+    case CacheType::kFloat32:
+      return "float32";
+    case CacheType::kBFloat16:
+      return "bfloat16";
+    case CacheType::kFloat16:
+      return "float16";
+  }
+  return "float32";
+}
+
+int CacheTypeBytes(CacheType type) { return type == CacheType::kFloat32 ? 4 : 2; }
+
+const char* CacheFormatName(CacheFormat format, CacheType type) {
+  switch (format) {
+    case CacheFormat::kAsCacheType:
+      return CacheTypeName(type);
+    case CacheFormat::kInt8:
+      return "int8";
+    case CacheFormat::kFp8E4M3:
+      return "fp8_e4m3";
+    case CacheFormat::kInt4:
+      return "int4";
+  }
+  return CacheTypeName(type);
+}
+
+namespace internal {
+
+PageFormat PageFormatOf(CacheFormat format, CacheType type) {
+  switch (format) {
+    case CacheFormat::kInt8:
+      return PageFormat::kInt8;
+    case CacheFormat::kFp8E4M3:
+      return PageFormat::kFp8E4M3;
+    case CacheFormat::kAsCacheType:
+    case CacheFormat::kInt4:  // refused at create
+      break;
+  }
+  return type == CacheType::kFloat32    ? PageFormat::kFloat32
+         : type == CacheType::kBFloat16 ? PageFormat::kBFloat16
+                                        : PageFormat::kFloat16;
+}
 
 const PageCodec& CodecOf(PageFormat format) {
   switch (format) {
@@ -60,8 +106,8 @@ PageLayout MakePageLayout(PageFormat key, PageFormat value, int64_t d, int64_t d
   const PageCodec& kc = CodecOf(key);
   const PageCodec& vc = CodecOf(value);
   PageLayout l;
-  l.token_bytes = d * kc.elem_bytes + dv * vc.elem_bytes + (kc.scaled ? 4 : 0) +
-                  (vc.scaled ? 4 : 0);
+  l.token_bytes =
+      d * kc.elem_bytes + dv * vc.elem_bytes + (kc.scaled ? 4 : 0) + (vc.scaled ? 4 : 0);
   // The most tokens whose aligned regions fit (alignment costs at most a
   // few cache lines, so a handful of steps down from the unaligned count).
   for (int64_t T = page_bytes / l.token_bytes; T >= 1; --T) {
@@ -95,4 +141,5 @@ void DecodeTokens(const PageSide& side, const uint8_t* page, int64_t j, int64_t 
   }
 }
 
-}  // namespace attn::internal
+}  // namespace internal
+}  // namespace attn

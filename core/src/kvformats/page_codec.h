@@ -13,6 +13,11 @@
 
 #include <cstdint>
 
+namespace attn {
+enum class CacheFormat;  // attn/kv_cache.h
+enum class CacheType;
+}  // namespace attn
+
 namespace attn::internal {
 
 // The stored formats. The floating ones keep a value as it is given,
@@ -45,6 +50,8 @@ struct PageCodec {
 };
 
 const PageCodec& CodecOf(PageFormat format);
+// The page format of a side stored as `format` in a cache of `type`.
+PageFormat PageFormatOf(CacheFormat format, CacheType type);
 // The AVX2 tier or above: the codecs' qk and pv may run for dims that are
 // multiples of 8.
 bool InRegisterTier();
@@ -56,9 +63,7 @@ struct PageSide {
   int64_t row_bytes = 0;  // one token's codes
   int64_t factors = 0;    // offset of the factors in the page (scaled formats)
   uint8_t* Row(uint8_t* page, int64_t j) const { return page + offset + j * row_bytes; }
-  const uint8_t* Row(const uint8_t* page, int64_t j) const {
-    return page + offset + j * row_bytes;
-  }
+  const uint8_t* Row(const uint8_t* page, int64_t j) const { return page + offset + j * row_bytes; }
   float* Factors(uint8_t* page) const { return reinterpret_cast<float*>(page + factors); }
   const float* Factors(const uint8_t* page) const {
     return reinterpret_cast<const float*>(page + factors);

@@ -218,5 +218,4 @@ ATTN_DECODE void PvFast(const float* p, int64_t rows, int64_t ldp, const typenam
   }
 }
 
-
 }  // namespace attn::internal

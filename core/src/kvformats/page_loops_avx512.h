@@ -184,7 +184,6 @@ ATTN_DECODE512 void PvFast512(const float* p, int64_t rows, int64_t ldp, const t
   }
 }
 
-
 }  // namespace attn::internal
 
 namespace attn::internal {

@@ -17,6 +17,7 @@
 
 #include "attn/cpu_info.h"
 #include "attn/half.h"
+#include "kv_quant_model.h"
 #include "kvformats/page_codec.h"
 
 namespace {
@@ -24,67 +25,10 @@ namespace {
 using attn::internal::CodecOf;
 using attn::internal::PageCodec;
 using attn::internal::PageFormat;
-
-// ---- float64 models of the quantizers --------------------------------------
-
-double RoundHalfEven(double y) {
-  const double f = std::floor(y), diff = y - f;
-  if (diff > 0.5) return f + 1;
-  if (diff < 0.5) return f;
-  return std::fmod(f, 2.0) == 0.0 ? f : f + 1;
-}
-
-// The value of a finite e4m3 code (sign bit 0x80, exponent 4 bits bias 7,
-// mantissa 3 bits).
-double E4m3Value(int code) {
-  const int e = (code >> 3) & 15, m = code & 7;
-  const double mag = e == 0 ? m / 8.0 * std::pow(2.0, -6) : (1 + m / 8.0) * std::pow(2.0, e - 7);
-  return (code & 0x80) ? -mag : mag;
-}
-
-struct Quantized {
-  std::vector<uint8_t> codes;
-  float factor = 0;
-  std::vector<double> raw;  // each code's value as the loops widen it
-};
-
-Quantized ModelInt8(const std::vector<float>& x) {
-  double amax = 0;
-  for (float v : x) amax = std::max(amax, std::fabs(double(v)));
-  Quantized q;
-  q.factor = static_cast<float>(amax / 127.0);  // division rounded once to float32
-  for (float v : x) {
-    const double c =
-        q.factor == 0 ? 0 : std::min(127.0, std::max(-127.0, RoundHalfEven(v / double(q.factor))));
-    q.codes.push_back(static_cast<uint8_t>(static_cast<int8_t>(c)));
-    q.raw.push_back(c);
-  }
-  return q;
-}
-
-Quantized ModelFp8(const std::vector<float>& x) {
-  double amax = 0;
-  for (float v : x) amax = std::max(amax, std::fabs(double(v)));
-  const float scale = static_cast<float>(amax / 448.0);
-  Quantized q;
-  q.factor = scale * 256.0f;
-  for (float v : x) {
-    int best = 0;
-    if (scale != 0) {
-      const double y = std::fabs(v / double(scale));
-      for (int c = 1; c <= 0x7E; ++c) {  // nearest magnitude; a tie goes to the even code
-        const double dc = std::fabs(E4m3Value(c) - y), db = std::fabs(E4m3Value(best) - y);
-        if (dc < db || (dc == db && c % 2 == 0)) best = c;
-      }
-      if (std::signbit(v)) best |= 0x80;
-    } else if (std::signbit(v)) {
-      best = 0;  // all zeros: stored as +0
-    }
-    q.codes.push_back(static_cast<uint8_t>(best));
-    q.raw.push_back(E4m3Value(best) / 256.0);
-  }
-  return q;
-}
+using attn_test::E4m3Value;
+using attn_test::ModelFp8;
+using attn_test::ModelInt8;
+using attn_test::Quantized;
 
 // Rows of values a quantizer meets: N(0,1), outliers, exact halves between
 // codes, zeros, tiny values.
@@ -167,7 +111,7 @@ Page Store(PageFormat f, int64_t n, std::mt19937& rng) {
         code = code == 128 ? 0 : code;  // -128: never written
         p.held.push_back(static_cast<int8_t>(code));
       } else {
-        if ((code & 0x7F) == 0x7F) code = 0x7E;  // NaN: never written
+        if ((code & 0x7F) == 0x7F) code = 0x7E;     // NaN: never written
         p.held.push_back(E4m3Value(code) / 256.0);  // as the loops widen it
       }
       p.bytes.push_back(static_cast<uint8_t>(code));
@@ -183,9 +127,9 @@ Page Store(PageFormat f, int64_t n, std::mt19937& rng) {
       std::memcpy(&p.bytes[i * 4], &x, 4);
     } else {
       uint16_t h;
-      attn::FloatToHalf(f == PageFormat::kBFloat16 ? attn::HalfType::kBFloat16
-                                                   : attn::HalfType::kFloat16,
-                        &x, &h, 1);
+      attn::FloatToHalf(
+          f == PageFormat::kBFloat16 ? attn::HalfType::kBFloat16 : attn::HalfType::kFloat16, &x, &h,
+          1);
       std::memcpy(&p.bytes[i * 2], &h, 2);
     }
     p.held.push_back(x);
@@ -290,8 +234,8 @@ TEST(PageLayout, RegionsApartInsideThePageAndAsManyTokensAsFit) {
     }
   }
   // int8 keys and values of D = 128: 128 + 4 bytes a side, 0.52 of bf16's.
-  const auto i8 = attn::internal::MakePageLayout(PageFormat::kInt8, PageFormat::kInt8, 128, 128,
-                                                 32 << 10);
+  const auto i8 =
+      attn::internal::MakePageLayout(PageFormat::kInt8, PageFormat::kInt8, 128, 128, 32 << 10);
   EXPECT_EQ(i8.token_bytes, 264);
   EXPECT_EQ(i8.tokens_per_page, 124);  // 32768 / 264, each region aligned
 }

@@ -1,0 +1,75 @@
+// Float64 models of the KV cache's quantizers (core/src/kvformats/), written
+// independently of them for the tests: int8 codes are round-half-to-even of
+// x / (max|x| / 127); fp8 e4m3 codes are the nearest of the finite e4m3
+// values to x / (max|x| / 448), a tie going to the even code. Each factor is
+// its division rounded once to float32, as the store keeps it.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace attn_test {
+
+inline double RoundHalfEven(double y) {
+  const double f = std::floor(y), diff = y - f;
+  if (diff > 0.5) return f + 1;
+  if (diff < 0.5) return f;
+  return std::fmod(f, 2.0) == 0.0 ? f : f + 1;
+}
+
+// The value of a finite e4m3 code (sign 0x80, exponent 4 bits with bias 7,
+// mantissa 3 bits; subnormals at exponent 0).
+inline double E4m3Value(int code) {
+  const int e = (code >> 3) & 15, m = code & 7;
+  const double mag = e == 0 ? m / 8.0 * std::pow(2.0, -6) : (1 + m / 8.0) * std::pow(2.0, e - 7);
+  return (code & 0x80) ? -mag : mag;
+}
+
+struct Quantized {
+  std::vector<uint8_t> codes;
+  float factor = 0;           // as the store keeps it
+  std::vector<double> raw;    // each code's value as the decode loops widen it
+  std::vector<double> value;  // what the token holds: raw * factor
+};
+
+inline Quantized ModelInt8(const std::vector<float>& x) {
+  double amax = 0;
+  for (float v : x) amax = std::max(amax, std::fabs(double(v)));
+  Quantized q;
+  q.factor = static_cast<float>(amax / 127.0);
+  for (float v : x) {
+    const double c =
+        q.factor == 0 ? 0 : std::min(127.0, std::max(-127.0, RoundHalfEven(v / double(q.factor))));
+    q.codes.push_back(static_cast<uint8_t>(static_cast<int8_t>(c)));
+    q.raw.push_back(c);
+    q.value.push_back(c * q.factor);
+  }
+  return q;
+}
+
+inline Quantized ModelFp8(const std::vector<float>& x) {
+  double amax = 0;
+  for (float v : x) amax = std::max(amax, std::fabs(double(v)));
+  const float scale = static_cast<float>(amax / 448.0);
+  Quantized q;
+  q.factor = scale * 256.0f;  // the loops widen a code to its value times 2^-8
+  for (float v : x) {
+    int best = 0;
+    if (scale != 0) {
+      const double y = std::fabs(v / double(scale));
+      for (int c = 1; c <= 0x7E; ++c) {
+        const double dc = std::fabs(E4m3Value(c) - y), db = std::fabs(E4m3Value(best) - y);
+        if (dc < db || (dc == db && c % 2 == 0)) best = c;
+      }
+      if (std::signbit(v)) best |= 0x80;
+    }
+    q.codes.push_back(static_cast<uint8_t>(best));
+    q.raw.push_back(E4m3Value(best) / 256.0);
+    q.value.push_back(E4m3Value(best) * scale);
+  }
+  return q;
+}
+
+}  // namespace attn_test
