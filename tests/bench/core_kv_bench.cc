@@ -1,7 +1,8 @@
-// attention-core-bench's KV-cache rows (issue 25): the decode kernel over a
-// resident bf16 cache against BM_MemoryRead (a plain read of 1 GiB with the
-// compute threads, the in-run bandwidth reference), and a prefill chunk
-// into a session against the stateless SDPA of the same shape.
+// attention-core-bench's KV-cache rows: the decode kernel over a resident
+// cache (format 0: bf16, 1: int8 keys and values, 2: fp8 e4m3 keys and
+// values) against BM_MemoryRead (a plain read of 1 GiB with the compute
+// threads, the in-run bandwidth reference), and a prefill chunk into a
+// session (bf16 or int8) against the stateless SDPA of the same shape.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -60,13 +61,21 @@ void BM_MemoryRead(benchmark::State& state) {
 
 constexpr int64_t kHq = 32, kHkv = 8, kD = 128;
 
-attn::KvSessionSpec Spec(const std::string& id) {
+// A bf16 session, its keys and values in `format` (0: bf16, 1: int8, 2: fp8).
+attn::KvSessionSpec Spec(const std::string& id, int64_t format = 0) {
   attn::KvSessionSpec s;
   s.session_id = id;
   s.num_kv_heads = kHkv;
   s.head_dim = kD;
   s.cache_type = attn::CacheType::kBFloat16;
+  const attn::CacheFormat f[] = {attn::CacheFormat::kAsCacheType, attn::CacheFormat::kInt8,
+                                 attn::CacheFormat::kFp8E4M3};
+  s.key_format = s.value_format = f[format];
   return s;
+}
+
+const char* FormatLabel(int64_t format) {
+  return format == 0 ? "bf16" : format == 1 ? "int8" : "fp8_e4m3";
 }
 
 // Fills a session's layer 0 to `tokens` in chunks of keys and values only.
@@ -88,12 +97,12 @@ void Fill(attn::KvCacheStore& store, const std::string& id, int64_t tokens,
   }
 }
 
-// Decode steps of Hq32/Hkv8/D128 over a bf16 cache: `sessions` sessions of
-// L tokens, one query and one new token each, in one Extend. Counts the
-// K/V bytes each step reads; the appended token is dropped again between
-// iterations (untimed), so L stays put.
+// Decode steps of Hq32/Hkv8/D128 over a cache in `format`: `sessions`
+// sessions of L tokens, one query and one new token each, in one Extend.
+// Counts the bytes each step reads (codes and factors); the appended token
+// is dropped again between iterations (untimed), so L stays put.
 void BM_KvDecode(benchmark::State& state) {
-  const int64_t sessions = state.range(0), L = state.range(1);
+  const int64_t sessions = state.range(0), L = state.range(1), format = state.range(2);
   attn::KvStoreOptions o;
   o.pool_bytes = int64_t{1100} << 20;
   o.default_max_tokens = 65536;
@@ -102,7 +111,7 @@ void BM_KvDecode(benchmark::State& state) {
   std::vector<std::string> ids;
   for (int64_t s = 0; s < sessions; ++s) {
     ids.push_back("s" + std::to_string(s));
-    if (!store.Create(Spec(ids.back())).ok()) std::abort();
+    if (!store.Create(Spec(ids.back(), format)).ok()) std::abort();
     Fill(store, ids.back(), L, kv);
   }
   const auto q = Normal(static_cast<size_t>(kHq * kD), 2);
@@ -120,8 +129,9 @@ void BM_KvDecode(benchmark::State& state) {
     for (const auto& id : ids) (void)store.Truncate("", id, L);
     state.ResumeTiming();
   }
-  const double bytes =
-      static_cast<double>(sessions) * static_cast<double>(L + 1) * kHkv * kD * 2 * 2;
+  const double bytes = static_cast<double>(sessions) * static_cast<double>(L + 1) * kHkv *
+                       static_cast<double>(store.Get("", ids[0])->token_bytes);
+  state.SetLabel(FormatLabel(format));
   state.counters["GBps"] =
       benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["steps_per_s"] = benchmark::Counter(static_cast<double>(sessions),
@@ -129,9 +139,11 @@ void BM_KvDecode(benchmark::State& state) {
 }
 
 // A 2048-token chunk into an empty session (GQA 32/8, D128, causal, bf16
-// cache), or (stateless:1) ScaledDotProductAttention on the same shape.
+// cache, keys and values in `format`), or (stateless:1)
+// ScaledDotProductAttention on the same shape.
 void BM_KvPrefill(benchmark::State& state) {
   const bool stateless = state.range(0) != 0;
+  const int64_t format = state.range(1);
   const int64_t n = 2048;
   const auto q = Normal(static_cast<size_t>(kHq * n * kD), 1);
   const auto k = Normal(static_cast<size_t>(kHkv * n * kD), 2);
@@ -139,7 +151,8 @@ void BM_KvPrefill(benchmark::State& state) {
   attn::KvStoreOptions o;
   o.pool_bytes = int64_t{256} << 20;
   attn::KvCacheStore store(o);
-  if (!store.Create(Spec("p")).ok()) std::abort();
+  if (!store.Create(Spec("p", format)).ok()) std::abort();
+  state.SetLabel(stateless ? "stateless" : FormatLabel(format));
   for (auto _ : state) {
     if (stateless) {
       attn::ScaledDotProductAttentionOptions so;
@@ -170,15 +183,15 @@ void BM_KvPrefill(benchmark::State& state) {
 
 BENCHMARK(BM_MemoryRead)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_KvDecode)
-    ->Args({1, 4096})
-    ->Args({1, 32768})
-    ->Args({32, 4096})
-    ->ArgNames({"sessions", "L"})
+    ->ArgsProduct({{1}, {4096, 32768}, {0, 1, 2}})
+    ->ArgsProduct({{32}, {4096}, {0, 1, 2}})
+    ->ArgNames({"sessions", "L", "format"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_KvPrefill)
-    ->Arg(0)
-    ->Arg(1)
-    ->ArgName("stateless")
+    ->Args({0, 0})
+    ->Args({0, 1})
+    ->Args({1, 0})
+    ->ArgNames({"stateless", "format"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
