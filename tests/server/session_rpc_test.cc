@@ -581,3 +581,48 @@ TEST_F(SessionRpc, BadIdsAreRefusedOnEveryCall) {
 }
 
 }  // namespace
+
+namespace {
+
+// Quantized sessions over the wire: the formats round-trip through
+// CreateSession and SessionInfo, a decode loop matches the float64 replay of
+// what the server stores (kv_quant_model.h), and int4, an unknown format
+// and a non-finite key on an int8 side get INVALID_ARGUMENT naming the field.
+TEST_F(SessionRpc, QuantizedSessionsStoreTheirFormatsAndAnswerOverTheirCodes) {
+  v1::CreateSessionRequest spec = Spec("q8", 1, 2, 16, 16, v1::DATA_TYPE_BFLOAT16);
+  spec.set_key_format(v1::CACHE_FORMAT_INT8);
+  spec.set_value_format(v1::CACHE_FORMAT_FP8_E4M3);
+  auto info = sessions_->Create(spec);
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_EQ(info->key_format(), v1::CACHE_FORMAT_INT8);
+  EXPECT_EQ(info->value_format(), v1::CACHE_FORMAT_FP8_E4M3);
+  Remote r{"q8", 8, ReplaySession(1, 2, 16, 16, ReplayType::kBFloat16)};
+  r.replay.key_q = attn_test::ModelInt8;
+  r.replay.value_q = attn_test::ModelFp8;
+  std::mt19937 rng(17);
+  ExtendAndCheck(0, {&r}, {MakeStep(r, 80, 80, rng)});  // the blocked kernel
+  for (int i = 0; i < 5; ++i) ExtendAndCheck(0, {&r}, {MakeStep(r, 1, 1, rng)});
+  auto listed = sessions_->List();
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->sessions_size(), 1);
+  EXPECT_EQ(listed->sessions(0).key_format(), v1::CACHE_FORMAT_INT8);
+  EXPECT_EQ(listed->sessions(0).layer_tokens(0), 85);
+
+  spec.set_session_id("q4");
+  spec.set_key_format(v1::CACHE_FORMAT_INT4);
+  attn_test::ExpectStatus(sessions_->Create(spec).status(), attn::StatusCode::kInvalidArgument,
+                          "key_format: ");
+  spec.set_key_format(static_cast<v1::CacheFormat>(7));
+  attn_test::ExpectStatus(sessions_->Create(spec).status(), attn::StatusCode::kInvalidArgument,
+                          "key_format: expected CACHE_FORMAT_UNSPECIFIED, CACHE_FORMAT_INT8, "
+                          "CACHE_FORMAT_FP8_E4M3 or CACHE_FORMAT_INT4, got 7");
+  Step bad = MakeStep(r, 1, 1, rng);
+  bad.k[0] = std::nanf("");
+  v1::ExtendRequest req;
+  AddStep(r, bad, &req);
+  attn_test::ExpectStatus(sessions_->Extend(req).status(), attn::StatusCode::kInvalidArgument,
+                          "key: the session stores it as int8, which holds finite values only");
+  EXPECT_EQ(sessions_->Get("q8")->layer_tokens(0), 85);
+}
+
+}  // namespace

@@ -110,6 +110,8 @@ const std::vector<FlagSpec>& FlagTable() {
     {"--head-dim", "D", "session", "create: the key width D"},
     {"--value-dim", "D", "session", "create: the value width (default: --head-dim)"},
     {"--cache-dtype", "float32|bfloat16|float16", "session bench", "how the cache stores K and V (default float32; bench --op decode: bfloat16)"},
+    {"--key-format", "unquantized|int8|fp8_e4m3|int4", "session bench", "how the session stores its keys: as --cache-dtype (default) or quantized"},
+    {"--value-format", "unquantized|int8|fp8_e4m3|int4", "session bench", "how the session stores its values: as --cache-dtype (default) or quantized"},
     {"--max-tokens", "N", "session", "create: tokens a layer may hold (default: the server's --max-session-tokens)"},
     {"--layer", "N", "session", "extend: the layer (default 0)"},
     {"--tokens", "N", "session", "truncate: keep the first N tokens of every layer"},

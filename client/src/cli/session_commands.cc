@@ -25,10 +25,30 @@ StatusOr<v1::DataType> CacheDtype(const CommandLine& cl, const std::string& fall
                               : v1::DATA_TYPE_FLOAT32;
 }
 
+// --key-format or --value-format as the wire's CacheFormat.
+StatusOr<v1::CacheFormat> CacheFormatFlag(const CommandLine& cl, const char* flag) {
+  auto name = cl.Choice(flag, {"unquantized", "int8", "fp8_e4m3", "int4"}, "unquantized");
+  if (!name.ok()) return name.status();
+  return *name == "int8"       ? v1::CACHE_FORMAT_INT8
+         : *name == "fp8_e4m3" ? v1::CACHE_FORMAT_FP8_E4M3
+         : *name == "int4"     ? v1::CACHE_FORMAT_INT4
+                               : v1::CACHE_FORMAT_UNSPECIFIED;
+}
+
+// A side's format as `session info` prints it: the cache's type when unquantized.
+std::string FormatName(int f, int dtype);
+
 const char* DtypeName(int t) {
   return t == v1::DATA_TYPE_BFLOAT16  ? "bfloat16"
          : t == v1::DATA_TYPE_FLOAT16 ? "float16"
                                       : "float32";
+}
+
+std::string FormatName(int f, int dtype) {
+  return f == v1::CACHE_FORMAT_INT8       ? "int8"
+         : f == v1::CACHE_FORMAT_FP8_E4M3 ? "fp8_e4m3"
+         : f == v1::CACHE_FORMAT_INT4     ? "int4"
+                                          : DtypeName(dtype);
 }
 
 void PrintInfo(const v1::SessionInfo& i) {
@@ -37,11 +57,13 @@ void PrintInfo(const v1::SessionInfo& i) {
     tokens += (l ? "," : "") + std::to_string(i.layer_tokens(l));
   }
   std::printf(
-      "%-24s layers=%d kv_heads=%d head_dim=%d value_dim=%d cache=%s max_tokens=%lld "
-      "tokens=[%s] bytes=%lld owner=%s\n",
+      "%-24s layers=%d kv_heads=%d head_dim=%d value_dim=%d cache=%s keys=%s values=%s "
+      "max_tokens=%lld tokens=[%s] bytes=%lld owner=%s\n",
       i.session_id().c_str(), i.num_layers(), i.num_kv_heads(), i.head_dim(), i.value_dim(),
-      DtypeName(i.cache_dtype()), static_cast<long long>(i.max_tokens()), tokens.c_str(),
-      static_cast<long long>(i.cache_bytes()), i.owner().empty() ? "-" : i.owner().c_str());
+      DtypeName(i.cache_dtype()), FormatName(i.key_format(), i.cache_dtype()).c_str(),
+      FormatName(i.value_format(), i.cache_dtype()).c_str(), static_cast<long long>(i.max_tokens()),
+      tokens.c_str(), static_cast<long long>(i.cache_bytes()),
+      i.owner().empty() ? "-" : i.owner().c_str());
 }
 
 StatusOr<v1::CreateSessionRequest> CreateRequest(const CommandLine& cl) {
@@ -53,8 +75,10 @@ StatusOr<v1::CreateSessionRequest> CreateRequest(const CommandLine& cl) {
   auto dv = cl.Int("--value-dim", 0, 1 << 20, 0);
   auto max_tokens = cl.Int("--max-tokens", 0, int64_t{1} << 40, 0);
   auto type = CacheDtype(cl, "float32");
+  auto kf = CacheFormatFlag(cl, "--key-format");
+  auto vf = CacheFormatFlag(cl, "--value-format");
   for (const Status& st : {layers.status(), heads.status(), d.status(), dv.status(),
-                           max_tokens.status(), type.status()}) {
+                           max_tokens.status(), type.status(), kf.status(), vf.status()}) {
     if (!st.ok()) return st;
   }
   if (!cl.has("--head-dim"))
@@ -65,6 +89,8 @@ StatusOr<v1::CreateSessionRequest> CreateRequest(const CommandLine& cl) {
   r.set_value_dim(static_cast<int32_t>(*dv));
   r.set_cache_dtype(*type);
   r.set_max_tokens(*max_tokens);
+  r.set_key_format(*kf);
+  r.set_value_format(*vf);
   return r;
 }
 
@@ -139,6 +165,11 @@ StatusOr<DecodeBenchConfig> DecodeBenchConfigFromFlags(const CommandLine& cl) {
   c.cache_dtype = *type == "float32"   ? v1::DATA_TYPE_FLOAT32
                   : *type == "float16" ? v1::DATA_TYPE_FLOAT16
                                        : v1::DATA_TYPE_BFLOAT16;
+  auto kf = CacheFormatFlag(cl, "--key-format");
+  auto vf = CacheFormatFlag(cl, "--value-format");
+  if (!kf.ok()) return kf.status();
+  if (!vf.ok()) return vf.status();
+  c.key_format = *kf, c.value_format = *vf;
   auto dtype = cl.Choice("--dtype", kDtypeNames, "float32");
   if (!dtype.ok()) return dtype.status();
   c.wire = DtypeByName(*dtype);

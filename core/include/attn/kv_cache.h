@@ -60,6 +60,14 @@ int CacheTypeBytes(CacheType type);
 enum class CacheFormat { kAsCacheType, kInt8, kFp8E4M3, kInt4 };
 // "int8", "fp8_e4m3", "int4", or for kAsCacheType the type's name.
 const char* CacheFormatName(CacheFormat format, CacheType type);
+// What a side stored as `format` in a cache of `type` holds of one token's
+// n values (one kv head's keys or values): rounded to the type, or
+// quantized and widened back. x finite for a quantized format; kInt4: x
+// as given (not stored by this store).
+void StoredValues(CacheFormat format, CacheType type, const float* x, int64_t n, float* out);
+// Bytes one token of one kv head takes in a side of `dim` values (codes and
+// factor).
+int64_t StoredBytes(CacheFormat format, CacheType type, int64_t dim);
 
 // A session id is [A-Za-z0-9._:-]{1,128}; its family, by which balancers
 // route it, is the part before its first ':' (all of it without one), and

@@ -37,6 +37,24 @@ const char* CacheFormatName(CacheFormat format, CacheType type) {
   return CacheTypeName(type);
 }
 
+void StoredValues(CacheFormat format, CacheType type, const float* x, int64_t n, float* out) {
+  if (format == CacheFormat::kInt4) {
+    std::copy(x, x + n, out);
+    return;
+  }
+  const internal::PageCodec& c = internal::CodecOf(internal::PageFormatOf(format, type));
+  std::vector<uint8_t> codes(static_cast<size_t>(n * c.elem_bytes));
+  const float factor = c.encode(x, n, codes.data());
+  c.widen(codes.data(), n, out);
+  if (!c.scaled) return;
+  for (int64_t i = 0; i < n; ++i) out[i] *= factor;
+}
+
+int64_t StoredBytes(CacheFormat format, CacheType type, int64_t dim) {
+  const internal::PageCodec& c = internal::CodecOf(internal::PageFormatOf(format, type));
+  return dim * c.elem_bytes + (c.scaled ? 4 : 0);
+}
+
 namespace internal {
 
 PageFormat PageFormatOf(CacheFormat format, CacheType type) {

@@ -35,6 +35,31 @@ v1::DataType CacheTypeToWire(CacheType t) {
                                     : v1::DATA_TYPE_FLOAT32;
 }
 
+StatusOr<CacheFormat> CacheFormatFromWire(int f, const char* field) {
+  switch (f) {
+    case v1::CACHE_FORMAT_UNSPECIFIED:
+      return CacheFormat::kAsCacheType;
+    case v1::CACHE_FORMAT_INT8:
+      return CacheFormat::kInt8;
+    case v1::CACHE_FORMAT_FP8_E4M3:
+      return CacheFormat::kFp8E4M3;
+    case v1::CACHE_FORMAT_INT4:
+      return CacheFormat::kInt4;  // the store says it is not built
+    default:
+      return Status::InvalidArgument(std::string(field) +
+                                     ": expected CACHE_FORMAT_UNSPECIFIED, CACHE_FORMAT_INT8, "
+                                     "CACHE_FORMAT_FP8_E4M3 or CACHE_FORMAT_INT4, got " +
+                                     std::to_string(f));
+  }
+}
+
+v1::CacheFormat CacheFormatToWire(CacheFormat f) {
+  return f == CacheFormat::kInt8      ? v1::CACHE_FORMAT_INT8
+         : f == CacheFormat::kFp8E4M3 ? v1::CACHE_FORMAT_FP8_E4M3
+         : f == CacheFormat::kInt4    ? v1::CACHE_FORMAT_INT4
+                                      : v1::CACHE_FORMAT_UNSPECIFIED;
+}
+
 }  // namespace
 
 StatusOr<KvSessionInfo> CreateFromWire(const v1::CreateSessionRequest& r, const std::string& owner,
@@ -48,6 +73,8 @@ StatusOr<KvSessionInfo> CreateFromWire(const v1::CreateSessionRequest& r, const 
   spec.value_dim = r.value_dim();
   ATTN_ASSIGN_OR_RETURN(spec.cache_type, CacheTypeFromWire(r.cache_dtype()));
   spec.max_tokens = r.max_tokens();
+  ATTN_ASSIGN_OR_RETURN(spec.key_format, CacheFormatFromWire(r.key_format(), "key_format"));
+  ATTN_ASSIGN_OR_RETURN(spec.value_format, CacheFormatFromWire(r.value_format(), "value_format"));
   return store->Create(spec);
 }
 
@@ -62,6 +89,8 @@ void ToWire(const KvSessionInfo& info, v1::SessionInfo* out) {
   for (int64_t t : info.layer_tokens) out->add_layer_tokens(t);
   out->set_cache_bytes(info.cache_bytes);
   out->set_owner(info.spec.owner);
+  out->set_key_format(CacheFormatToWire(info.spec.key_format));
+  out->set_value_format(CacheFormatToWire(info.spec.value_format));
 }
 
 SessionServiceImpl::SessionServiceImpl(CallDispatcher* dispatcher, KvCacheStore* store,

@@ -15,6 +15,7 @@
 
 #include "attn/attention.h"
 #include "attn/half.h"
+#include "attn/kv_cache.h"
 #include "session_client.h"
 
 namespace attn::client {
@@ -66,7 +67,26 @@ wire::WireType CacheWire(v1::DataType t) {
                                       : wire::WireType::kFloat32;
 }
 
-double CacheElemBytes(v1::DataType t) { return t == v1::DATA_TYPE_FLOAT32 ? 4 : 2; }
+CacheType CacheTypeOf(v1::DataType t) {
+  return t == v1::DATA_TYPE_FLOAT32   ? CacheType::kFloat32
+         : t == v1::DATA_TYPE_FLOAT16 ? CacheType::kFloat16
+                                      : CacheType::kBFloat16;
+}
+
+CacheFormat CacheFormatOf(v1::CacheFormat f) {
+  return f == v1::CACHE_FORMAT_INT8       ? CacheFormat::kInt8
+         : f == v1::CACHE_FORMAT_FP8_E4M3 ? CacheFormat::kFp8E4M3
+         : f == v1::CACHE_FORMAT_INT4     ? CacheFormat::kInt4
+                                          : CacheFormat::kAsCacheType;
+}
+
+// Bytes one token of every kv head takes in the sessions' caches, keys and
+// values (with a quantized side's factors).
+double TokenBytes(const DecodeBenchConfig& c) {
+  const CacheType t = CacheTypeOf(c.cache_dtype);
+  return static_cast<double>(c.hkv * (StoredBytes(CacheFormatOf(c.key_format), t, c.d) +
+                                      StoredBytes(CacheFormatOf(c.value_format), t, c.d)));
+}
 
 double Quantile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
@@ -105,6 +125,8 @@ class DecodeClient {
       req.set_num_kv_heads(static_cast<int32_t>(c_.hkv));
       req.set_head_dim(static_cast<int32_t>(c_.d));
       req.set_cache_dtype(c_.cache_dtype);
+      req.set_key_format(c_.key_format);
+      req.set_value_format(c_.value_format);
       auto info = client_.Create(req, c_.timeout);
       if (!info.ok()) return info.status();
       ids_.push_back(info->session_id());
@@ -137,9 +159,7 @@ class DecodeClient {
   void Token(bool measured, ClientStats* st) {
     const int64_t nst = c_.step_tokens;
     const double length = static_cast<double>(tokens_ + nst);  // what each step attends over
-    const double step_bytes = static_cast<double>(c_.sessions) * length *
-                              static_cast<double>(c_.hkv * 2 * c_.d) *
-                              CacheElemBytes(c_.cache_dtype);
+    const double step_bytes = static_cast<double>(c_.sessions) * length * TokenBytes(c_);
     double token_s = 0;
     for (int64_t layer = 0; layer < c_.layers; ++layer) {
       const bool fresh = c_.verify && layer == 0;
@@ -252,10 +272,14 @@ class DecodeClient {
       for (int64_t g = 0; g < c_.hkv; ++g) {
         auto& rk = replay_k_[s * static_cast<size_t>(c_.hkv) + static_cast<size_t>(g)];
         auto& rv = replay_v_[s * static_cast<size_t>(c_.hkv) + static_cast<size_t>(g)];
-        for (int64_t x = 0; x < nkv * c_.d; ++x) {
-          const size_t at = static_cast<size_t>(g * nkv * c_.d + x);
-          rk.push_back(Round(keys_[i][at], CacheWire(c_.cache_dtype)));
-          rv.push_back(Round(values_[i][at], CacheWire(c_.cache_dtype)));
+        const CacheType type = CacheTypeOf(c_.cache_dtype);
+        std::vector<float> held(static_cast<size_t>(c_.d));
+        for (int64_t t = 0; t < nkv; ++t) {  // as the cache stores each token
+          const size_t at = static_cast<size_t>((g * nkv + t) * c_.d);
+          StoredValues(CacheFormatOf(c_.key_format), type, &keys_[i][at], c_.d, held.data());
+          rk.insert(rk.end(), held.begin(), held.end());
+          StoredValues(CacheFormatOf(c_.value_format), type, &values_[i][at], c_.d, held.data());
+          rv.insert(rv.end(), held.begin(), held.end());
         }
       }
     }
@@ -357,8 +381,7 @@ void RunClient(const DecodeBenchConfig& c, DecodeClient* client, Team* team,
 
 double DecodeReport::bytes_per_token() const {
   const DecodeBenchConfig& c = config;
-  return static_cast<double>(c.layers * c.sessions) * mean_cache_tokens *
-         static_cast<double>(c.hkv * 2 * c.d) * CacheElemBytes(c.cache_dtype);
+  return static_cast<double>(c.layers * c.sessions) * mean_cache_tokens * TokenBytes(c);
 }
 
 double DecodeReport::limit_ms_per_token() const {

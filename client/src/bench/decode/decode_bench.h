@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "attention/v1/attention.pb.h"
+#include "attention/v1/session.pb.h"
 #include "attention_client.h"
 #include "attn/status.h"
 #include "bench/report/bench_report.h"
@@ -36,6 +37,9 @@ struct DecodeBenchConfig {
   int64_t sessions = 8, prefill = 1024, step_tokens = 1, layers = 1;  // sessions: per client
   int64_t hq = 32, hkv = 8, d = 128;
   attention::v1::DataType cache_dtype = attention::v1::DATA_TYPE_BFLOAT16;
+  // --key-format, --value-format (UNSPECIFIED: as cache_dtype)
+  attention::v1::CacheFormat key_format = attention::v1::CACHE_FORMAT_UNSPECIFIED;
+  attention::v1::CacheFormat value_format = attention::v1::CACHE_FORMAT_UNSPECIFIED;
   wire::WireType wire = wire::WireType::kFloat32;  // --dtype: the steps' tensors
   bool hold_length = false;                        // truncate back to `prefill` after each token
   double duration_s = 10, warmup_s = 1;

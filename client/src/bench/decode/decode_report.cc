@@ -18,6 +18,23 @@ const char* CacheName(v1::DataType t) {
                                       : "bfloat16";
 }
 
+// The cache as its sessions store it: "bfloat16", or "bfloat16, keys int8,
+// values fp8_e4m3" when a side is quantized.
+std::string CacheDescription(const DecodeBenchConfig& c) {
+  auto side = [&](v1::CacheFormat f) -> std::string {
+    return f == v1::CACHE_FORMAT_INT8       ? "int8"
+           : f == v1::CACHE_FORMAT_FP8_E4M3 ? "fp8_e4m3"
+           : f == v1::CACHE_FORMAT_INT4     ? "int4"
+                                            : CacheName(c.cache_dtype);
+  };
+  std::string s = CacheName(c.cache_dtype);
+  if (c.key_format != v1::CACHE_FORMAT_UNSPECIFIED ||
+      c.value_format != v1::CACHE_FORMAT_UNSPECIFIED) {
+    s += ", keys " + side(c.key_format) + ", values " + side(c.value_format);
+  }
+  return s;
+}
+
 std::string Fmt(const char* format, double v) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), format, v);
@@ -63,7 +80,7 @@ std::string DecodeReportText(const DecodeReport& r) {
       static_cast<long long>(c.prefill), c.hold_length ? " (held there)" : "",
       static_cast<long long>(c.step_tokens), static_cast<long long>(c.layers),
       static_cast<long long>(c.hq), static_cast<long long>(c.hkv), static_cast<long long>(c.d),
-      CacheName(c.cache_dtype), r.machine.cpu_model.c_str(), r.machine.cpus,
+      CacheDescription(c).c_str(), r.machine.cpu_model.c_str(), r.machine.cpus,
       r.machine.kernel_tier.c_str());
   o << line << "measured " << r.steps << " steps (" << r.session_steps << " session-steps, "
     << r.token_rounds << " tokens of every client's sessions) in " << Fmt("%.2f", r.seconds)
@@ -84,7 +101,7 @@ std::string DecodeReportJson(const DecodeReport& r) {
     << ",\"prefill\":" << c.prefill << ",\"hold_length\":" << (c.hold_length ? "true" : "false")
     << ",\"step_tokens\":" << c.step_tokens << ",\"num_heads\":" << c.hq
     << ",\"num_kv_heads\":" << c.hkv << ",\"dim\":" << c.d << ",\"layers\":" << c.layers
-    << ",\"cache_dtype\":\"" << CacheName(c.cache_dtype)
+    << ",\"cache_dtype\":\"" << CacheName(c.cache_dtype) << "\",\"cache\":\"" << CacheDescription(c)
     << "\",\"cpu_model\":" << JsonQuote(r.machine.cpu_model) << ",\"cpus\":" << r.machine.cpus
     << ",\"engine_tier\":\"" << r.machine.kernel_tier << "\",\"steps\":" << r.steps
     << ",\"session_steps\":" << r.session_steps << ",\"tokens\":" << r.tokens
@@ -130,7 +147,7 @@ std::string DecodeReportHtml(const DecodeReport& r) {
   row("cache", std::to_string(c.prefill) + " tokens prefilled" +
                    (c.hold_length ? ", held there (truncated after each token)" : "") + "; Hq " +
                    std::to_string(c.hq) + " / Hkv " + std::to_string(c.hkv) + ", D " +
-                   std::to_string(c.d) + ", " + CacheName(c.cache_dtype));
+                   std::to_string(c.d) + ", " + CacheDescription(c));
   row("target", c.target);
   row("machine", r.machine.cpu_model + ", " + std::to_string(r.machine.cpus) +
                      " CPUs, engine tier " + r.machine.kernel_tier);
