@@ -392,6 +392,12 @@ std::string AttentionServer::RenderMetrics() const {
   sg.metadata_bytes = sessions_->metadata_bytes();
   sg.metadata_limit = sessions_->metadata_bytes_limit();
   sg.owners = sessions_->Owners();
+  for (const KvSessionInfo& i : sessions_->ListAll()) {
+    auto& f = sg.by_format[{CacheFormatName(i.spec.key_format, i.spec.cache_type),
+                            CacheFormatName(i.spec.value_format, i.spec.cache_type)}];
+    ++f.first;
+    f.second += i.cache_bytes;
+  }
   return metrics_->Render(g) + session_metrics_->Render(sg);
 }
 

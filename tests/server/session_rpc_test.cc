@@ -408,6 +408,14 @@ TEST(SessionServer, IdleSessionsExpireAndTheGaugeFalls) {
   EXPECT_EQ(before.find("attn_kv_session_metadata_bytes 0\n"), std::string::npos)
       << "a live session's state is counted";
   EXPECT_NE(before.find("attn_kv_session_metadata_bytes_limit "), std::string::npos);
+  // 40 float32 tokens of 2 kv heads, D 16: 2 pages of the default 32 KiB.
+  EXPECT_NE(before.find("attn_sessions_by_format{key_format=\"float32\",value_format=\"float32\"} "
+                        "1\n"),
+            std::string::npos)
+      << before;
+  EXPECT_NE(before.find("attn_kv_cache_bytes_by_format{key_format=\"float32\",value_format="
+                        "\"float32\"} 65536\n"),
+            std::string::npos);
   bool gone = false;
   for (int i = 0; i < 100 && !gone; ++i) {  // at most 5 s; List touches no session (Get would)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -419,6 +427,7 @@ TEST(SessionServer, IdleSessionsExpireAndTheGaugeFalls) {
   EXPECT_NE(m.find("attn_kv_cache_bytes_used 0"), std::string::npos);
   EXPECT_NE(m.find("attn_kv_session_metadata_bytes 0\n"), std::string::npos) << "freed with it";
   EXPECT_NE(m.find("attn_session_expired_total 1"), std::string::npos);
+  EXPECT_EQ(m.find("attn_sessions_by_format"), std::string::npos) << "no session, no format";
   EXPECT_NE(m.find("attn_session_steps_total{n=\"1\"} 2"), std::string::npos);
   EXPECT_NE(m.find("attn_extend_duration_seconds_count{batch=\"1\"} 2"), std::string::npos);
   EXPECT_NE(m.find("attn_requests_total{rpc=\"Extend\",model=\"-\",code=\"OK\",protocol="

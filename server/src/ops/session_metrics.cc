@@ -74,6 +74,22 @@ std::string SessionMetrics::Render(const SessionGauges& g) const {
   line("attn_session_expired_total", "counter",
        "Sessions expired after --session-idle-timeout, their pages freed.",
        static_cast<double>(expired_.load()));
+  if (!g.by_format.empty()) {
+    std::string s =
+        "# HELP attn_sessions_by_format KV-cache sessions alive by how they store "
+        "keys and values.\n# TYPE attn_sessions_by_format gauge\n";
+    std::string b =
+        "# HELP attn_kv_cache_bytes_by_format Bytes of their pages (a page shared "
+        "with a fork counted in each).\n# TYPE attn_kv_cache_bytes_by_format gauge\n";
+    for (const auto& [f, v] : g.by_format) {
+      const std::string labels =
+          "{key_format=\"" + f.first + "\",value_format=\"" + f.second + "\"}";
+      s += "attn_sessions_by_format" + labels + " " + Num(static_cast<double>(v.first)) + "\n";
+      b += "attn_kv_cache_bytes_by_format" + labels + " " + Num(static_cast<double>(v.second)) +
+           "\n";
+    }
+    out += s + b;
+  }
   // Per principal, by label: certificate subjects share one ("certificate").
   std::map<std::string, std::pair<int64_t, int64_t>> by;
   for (const KvOwnerUsage& o : g.owners) {

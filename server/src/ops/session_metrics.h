@@ -19,6 +19,9 @@ struct SessionGauges {
   int64_t sessions = 0, bytes_used = 0, bytes_limit = 0, max_sessions = 0;
   int64_t metadata_bytes = 0, metadata_limit = 0;  // the sessions' own memory, outside the pool
   std::vector<KvOwnerUsage> owners;                // each principal's sessions and bytes
+  // Sessions and their pages' bytes by (key format, value format), the
+  // formats named as CacheFormatName does ("bfloat16", "int8", ...).
+  std::map<std::pair<std::string, std::string>, std::pair<int64_t, int64_t>> by_format;
 };
 
 class SessionMetrics {
