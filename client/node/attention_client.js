@@ -144,14 +144,23 @@ class AttentionClient {
   // ---- KV-cache sessions ----------------------------------------------------
 
   // { num_layers, num_kv_heads, head_dim, value_dim?, cache_dtype? ('float32',
-  //   'bfloat16', 'float16'), max_tokens?, session_id? } -> Session
+  //   'bfloat16', 'float16'), key_format?, value_format? ('int8', 'fp8_e4m3';
+  //   absent: as cache_dtype), max_tokens?, session_id? } -> Session
   async createSession(spec) {
     const dtype = { float32: 'DATA_TYPE_FLOAT32', bfloat16: 'DATA_TYPE_BFLOAT16',
       float16: 'DATA_TYPE_FLOAT16' }[spec.cache_dtype || 'float32'];
     if (!dtype) throw new Error(`cache_dtype: expected float32, bfloat16 or float16, got ${spec.cache_dtype}`);
+    const formats = {};
+    for (const field of ['key_format', 'value_format']) {
+      const name = spec[field];
+      if (name === undefined || name === null) continue;
+      const wire = CACHE_FORMATS[name];
+      if (!wire) throw new Error(`${field}: expected int8, fp8_e4m3 or int4, got ${name}`);
+      formats[field] = wire;
+    }
     const id = spec.session_id || newSessionId();
     const info = await this.call_(this.sessions_, 'CreateSession',
-      { ...spec, session_id: id, cache_dtype: dtype }, id);
+      { ...spec, ...formats, session_id: id, cache_dtype: dtype }, id);
     return new Session(this, info.session_id, (info.layer_tokens || []).map(Number));
   }
 
@@ -213,9 +222,18 @@ class AttentionClient {
   }
 }
 
+const CACHE_FORMATS = { int8: 'CACHE_FORMAT_INT8', fp8_e4m3: 'CACHE_FORMAT_FP8_E4M3',
+  int4: 'CACHE_FORMAT_INT4' };
+// A side's format as info() gives it: 'int8', 'fp8_e4m3', or null (as cache_dtype).
+function formatName(wire) {
+  const hit = Object.entries(CACHE_FORMATS).find(([, w]) => w === wire);
+  return hit ? hit[0] : null;
+}
+
 function sessionInfo(m) {
   return { session_id: m.session_id, num_layers: m.num_layers, num_kv_heads: m.num_kv_heads,
     head_dim: m.head_dim, value_dim: m.value_dim, cache_dtype: m.cache_dtype,
+    key_format: formatName(m.key_format), value_format: formatName(m.value_format),
     max_tokens: Number(m.max_tokens || 0), layer_tokens: (m.layer_tokens || []).map(Number),
     cache_bytes: Number(m.cache_bytes || 0), owner: m.owner || '' };
 }

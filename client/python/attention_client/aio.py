@@ -71,11 +71,13 @@ class AsyncAttentionClient:
     async def create_session(self, num_layers: int, num_kv_heads: int, head_dim: int, *,
                              value_dim: int = 0, cache_dtype: str = "float32",
                              max_tokens: int = 0,
-                             session_id: Optional[str] = None) -> ss.AsyncSession:
+                             session_id: Optional[str] = None,
+                             key_format: Optional[str] = None,
+                             value_format: Optional[str] = None) -> ss.AsyncSession:
         """As AttentionClient.create_session."""
         session_id = session_id or ss.new_session_id()  # the balancer hashes it
         req = ss.create_request(num_layers, num_kv_heads, head_dim, value_dim, cache_dtype,
-                                max_tokens, session_id)
+                                max_tokens, session_id, key_format, value_format)
         info = await self._session_call("CreateSession", req, session_id)
         return ss.AsyncSession(self, info.session_id, info.layer_tokens)
 

@@ -183,15 +183,18 @@ class AttentionClient:
 
     def create_session(self, num_layers: int, num_kv_heads: int, head_dim: int, *,
                        value_dim: int = 0, cache_dtype: str = "float32", max_tokens: int = 0,
-                       session_id: Optional[str] = None) -> ss.Session:
+                       session_id: Optional[str] = None, key_format: Optional[str] = None,
+                       value_format: Optional[str] = None) -> ss.Session:
         """A session on the server: a cache per layer of `num_kv_heads` heads
         of `head_dim` (keys) and `value_dim` (values; 0: head_dim), stored as
-        `cache_dtype` ("float32", "bfloat16" or "float16"); `max_tokens` per
-        layer (0: the server's --max-session-tokens). Without `session_id`
-        the client makes one ("s-" and 24 hex digits)."""
+        `cache_dtype` ("float32", "bfloat16" or "float16"), or quantized:
+        `key_format` and `value_format` "int8" or "fp8_e4m3" (None: as
+        cache_dtype); `max_tokens` per layer (0: the server's
+        --max-session-tokens). Without `session_id` the client makes one
+        ("s-" and 24 hex digits)."""
         session_id = session_id or ss.new_session_id()  # the balancer hashes it
         req = ss.create_request(num_layers, num_kv_heads, head_dim, value_dim, cache_dtype,
-                                max_tokens, session_id)
+                                max_tokens, session_id, key_format, value_format)
         info = self._session_call("CreateSession", req, session_id)
         return ss.Session(self, info.session_id, info.layer_tokens)
 

@@ -35,6 +35,11 @@ _CACHE_DTYPES = {"float32": attention_pb2.DATA_TYPE_FLOAT32,
                  "float16": attention_pb2.DATA_TYPE_FLOAT16}
 _CACHE_NAMES = {v: k for k, v in _CACHE_DTYPES.items()}
 _CACHE_NAMES[attention_pb2.DATA_TYPE_UNSPECIFIED] = "float32"
+# key_format / value_format: None keeps the side as cache_dtype says.
+_CACHE_FORMATS = {"int8": session_pb2.CACHE_FORMAT_INT8,
+                  "fp8_e4m3": session_pb2.CACHE_FORMAT_FP8_E4M3,
+                  "int4": session_pb2.CACHE_FORMAT_INT4}
+_FORMAT_NAMES = {v: k for k, v in _CACHE_FORMATS.items()}
 
 Window = Optional[Tuple[Optional[int], Optional[int]]]
 # (session, query, key, value): a Session (or its id), and arrays or None.
@@ -45,10 +50,13 @@ class SessionInfo:
     """What the server says of a session: its shape, the tokens each layer
     holds (`layer_tokens`), the bytes its pages take (`cache_bytes`;
     pages shared with a fork count in both) and the principal that owns it
-    (`owner`: a token's name, a certificate's subject; "" anonymous)."""
+    (`owner`: a token's name, a certificate's subject; "" anonymous).
+    `key_format` and `value_format`: "int8", "fp8_e4m3", or (unquantized)
+    the cache_dtype."""
 
     __slots__ = ("session_id", "num_layers", "num_kv_heads", "head_dim", "value_dim",
-                 "cache_dtype", "max_tokens", "layer_tokens", "cache_bytes", "owner")
+                 "cache_dtype", "max_tokens", "layer_tokens", "cache_bytes", "owner",
+                 "key_format", "value_format")
 
     def __init__(self, msg: Any):
         self.session_id: str = msg.session_id
@@ -61,11 +69,14 @@ class SessionInfo:
         self.layer_tokens: List[int] = list(msg.layer_tokens)
         self.cache_bytes: int = msg.cache_bytes
         self.owner: str = msg.owner
+        self.key_format: str = _FORMAT_NAMES.get(msg.key_format, self.cache_dtype)
+        self.value_format: str = _FORMAT_NAMES.get(msg.value_format, self.cache_dtype)
 
     def __repr__(self) -> str:
         return (f"SessionInfo({self.session_id!r}, layers={self.num_layers}, "
                 f"kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, "
-                f"cache={self.cache_dtype}, layer_tokens={self.layer_tokens}, "
+                f"cache={self.cache_dtype}, keys={self.key_format}, "
+                f"values={self.value_format}, layer_tokens={self.layer_tokens}, "
                 f"cache_bytes={self.cache_bytes}, owner={self.owner!r})")
 
 
@@ -118,15 +129,26 @@ def child_id(parent: str, new_id: Optional[str]) -> str:
     return new_id or parent.split(":", 1)[0] + ":" + secrets.token_hex(8)
 
 
+def _format(name: Optional[str], field: str) -> int:
+    if name is None:
+        return session_pb2.CACHE_FORMAT_UNSPECIFIED
+    if name not in _CACHE_FORMATS:
+        raise ValueError(f"{field}: expected None or one of {sorted(_CACHE_FORMATS)}, got "
+                         f"{name!r}")
+    return _CACHE_FORMATS[name]
+
+
 def create_request(num_layers: int, num_kv_heads: int, head_dim: int, value_dim: int,
-                   cache_dtype: str, max_tokens: int, session_id: Optional[str]) -> Any:
+                   cache_dtype: str, max_tokens: int, session_id: Optional[str],
+                   key_format: Optional[str] = None, value_format: Optional[str] = None) -> Any:
     if cache_dtype not in _CACHE_DTYPES:
         raise ValueError(f"cache_dtype: expected one of {sorted(_CACHE_DTYPES)}, got "
                          f"{cache_dtype!r}")
     return session_pb2.CreateSessionRequest(
         session_id=session_id or "", num_layers=int(num_layers), num_kv_heads=int(num_kv_heads),
         head_dim=int(head_dim), value_dim=int(value_dim), cache_dtype=_CACHE_DTYPES[cache_dtype],
-        max_tokens=int(max_tokens))
+        max_tokens=int(max_tokens), key_format=_format(key_format, "key_format"),
+        value_format=_format(value_format, "value_format"))
 
 
 def _id_of(session: Any) -> str:

@@ -115,6 +115,29 @@ test('Node client end to end', async (t) => {
       });
     });
 
+    await t.test('sessions: int8 keys and fp8 values, named in info; a decode step close to exact', async () => {
+      const [hq, hkv, d] = [4, 2, 16];
+      const s = await client.createSession({ num_layers: 1, num_kv_heads: hkv, head_dim: d,
+        cache_dtype: 'bfloat16', key_format: 'int8', value_format: 'fp8_e4m3' });
+      const info = await s.info();
+      assert.strictEqual(info.key_format, 'int8');
+      assert.strictEqual(info.value_format, 'fp8_e4m3');
+      // One key and value: every query row's answer is that value as stored
+      // (fp8 keeps it within 2^-4 of its largest element).
+      const v = Float32Array.from({ length: hkv * d }, (_, i) => (i % 7) - 3);
+      const { output } = await s.extend(0, { query: { shape: [hq, 1, d], data: new Float32Array(hq * d).fill(0.5) },
+        key: { shape: [hkv, 1, d], data: v }, value: { shape: [hkv, 1, d], data: v } });
+      for (let h = 0; h < hq; h++) {
+        const g = Math.floor(h / (hq / hkv));
+        for (let x = 0; x < d; x++) {
+          assert.ok(Math.abs(output.data[h * d + x] - v[g * d + x]) <= 3 / 16, `${h},${x}`);
+        }
+      }
+      await assert.rejects(client.createSession({ num_layers: 1, num_kv_heads: 1, head_dim: 8,
+        key_format: 'int3' }), /key_format: expected int8, fp8_e4m3 or int4, got int3/);
+      await s.delete();
+    });
+
     await t.test('sessions: a decode loop equals one-shot attention; fork, truncate, errors', async () => {
       const [hq, hkv, d] = [4, 2, 8];
       let seed = 1;

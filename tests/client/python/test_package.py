@@ -535,6 +535,48 @@ def test_session_decode_loop_equals_one_shot(client, cache_dtype):
         s.info()  # the context manager deleted it
 
 
+def int8_held(x):
+    """What an int8 side keeps of x [Hkv, n, D]: per (kv head, token), codes
+    round-half-even(x / f) in [-127, 127] with f = max|x| / 127 rounded to
+    float32, times f (float64 model of the server's quantizer)."""
+    x = np.asarray(x, np.float64)
+    f = (np.abs(x).max(axis=-1, keepdims=True) / 127.0).astype(np.float32).astype(np.float64)
+    codes = np.clip(np.rint(np.divide(x, f, out=np.zeros_like(x), where=f > 0)), -127, 127)
+    return codes * f
+
+
+def test_int8_session_decode_loop(client):
+    """key_format/value_format "int8": each step equals float64 attention
+    over what the quantizer keeps (tight), and stays within 2% relative RMS
+    of attention over the unquantized inputs; fp8_e4m3 within 8%."""
+    hq, hkv, d = 8, 2, 32
+    r = np.random.default_rng(12)
+    for fmt in ("int8", "fp8_e4m3"):
+        ks, vs = [], []
+        with client.create_session(1, hkv, d, cache_dtype="bfloat16", key_format=fmt,
+                                   value_format=fmt) as s:
+            info = s.info()
+            assert (info.key_format, info.value_format, info.cache_dtype) == (fmt, fmt, "bfloat16")
+            for n in [40] + [1] * 10:
+                q = r.standard_normal((hq, n, d)).astype(np.float32)
+                k = r.standard_normal((hkv, n, d)).astype(np.float32)
+                v = r.standard_normal((hkv, n, d)).astype(np.float32)
+                out = s.extend(0, q, k, v).output
+                ks.append(k)
+                vs.append(v)
+                keys, values = np.concatenate(ks, axis=1), np.concatenate(vs, axis=1)
+                exact, _ = reference(q[None], keys[None], values[None], causal=True,
+                                     bottom_right=True)
+                err = np.sqrt(np.mean((out - exact[0]) ** 2) / np.mean(exact[0] ** 2))
+                assert err < (0.02 if fmt == "int8" else 0.08), (fmt, err)
+                if fmt == "int8":
+                    held, _ = reference(q[None], int8_held(keys)[None], int8_held(values)[None],
+                                        causal=True, bottom_right=True)
+                    np.testing.assert_allclose(out, held[0], rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="key_format: expected None or one of"):
+        client.create_session(1, 1, 8, key_format="int3")
+
+
 @pytest.mark.skipif(torch is None, reason="python3-torch is not installed")
 def test_session_torch_bf16_decode_loop(client):
     """torch bfloat16 tensors in and out, over a bfloat16 cache."""
