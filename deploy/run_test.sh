@@ -64,6 +64,21 @@ PY
 tail -n "$(wc -l <"$work/expected.txt")" "$work/python.out" | diff -u "$work/expected.txt" - ||
   { cat "$work/python.out"; echo "FAIL: the README's Python printed something else"; exit 1; }
 echo "PASS: the README's Python, in a fresh venv, printed the README's output"
+# The int8 session's decode loop, in the same venv.
+/usr/bin/python3 - "$root/README.md" "$work" "127.0.0.1:$port" <<'PY'
+import re, sys
+text = open(sys.argv[1], encoding="utf-8").read()
+at = text.index("<!-- int8-session.py")
+py, out = re.findall(r"```(?:python)?\n(.*?)```", text[at:], re.S)[:2]
+assert "localhost:50051" in py, "the README's int8 session no longer calls localhost:50051"
+open(sys.argv[2] + "/int8_session.py", "w").write(py.replace("localhost:50051", sys.argv[3]))
+open(sys.argv[2] + "/int8_expected.txt", "w").write(out)
+PY
+(cd "$work" && venv/bin/python int8_session.py) >"$work/int8.out" 2>&1 ||
+  { cat "$work/int8.out"; echo "FAIL: the README's int8 session"; exit 1; }
+diff -u "$work/int8_expected.txt" "$work/int8.out" ||
+  { echo "FAIL: the README's int8 session printed something else"; exit 1; }
+echo "PASS: the README's int8 session decode loop printed the README's output"
 kill -TERM $pid
 rc=0
 wait $pid || rc=$?
