@@ -287,6 +287,10 @@ int main(int argc, char** argv) {
     cr.set_head_dim(16);
     cr.set_cache_dtype(attention::v1::DATA_TYPE_FLOAT16);
     Write("session_create", static_cast<char>(251), cr);
+    cr.set_session_id("q2");
+    cr.set_key_format(attention::v1::CACHE_FORMAT_INT8);
+    cr.set_value_format(attention::v1::CACHE_FORMAT_FP8_E4M3);
+    Write("session_create_quantized", static_cast<char>(251), cr);
     attention::v1::ForkSessionRequest f;
     f.set_session_id("b");
     f.set_new_session_id("b:2");

@@ -211,8 +211,8 @@ std::vector<std::vector<int64_t>> SessionState(attn::KvCacheStore& store, const 
 
 // A fresh store where each owner has "a" (2 layers, 2 kv heads, D 8,
 // float32, 20 tokens in layer 0), "b" (1 layer, 1 head, D 4, Dv 6,
-// bfloat16, 5 tokens) and "a:c", a fork of "a"; bob's hold other values, and
-// bob also has "bob-only".
+// bfloat16, 5 tokens), "q" (int8 keys, fp8 values, 9 tokens) and "a:c", a
+// fork of "a"; bob's hold other values, and bob also has "bob-only".
 std::unique_ptr<attn::KvCacheStore> SessionStore() {
   attn::KvStoreOptions o;
   o.pool_bytes = 64 << 10;
@@ -221,10 +221,13 @@ std::unique_ptr<attn::KvCacheStore> SessionStore() {
   auto store = std::make_unique<attn::KvCacheStore>(o);
   o.max_sessions = 12;
   auto make = [&](const char* owner, const char* id, int64_t layers, int64_t heads, int64_t d,
-                  int64_t dv, attn::CacheType t, int64_t tokens, float fill) {
+                  int64_t dv, attn::CacheType t, int64_t tokens, float fill,
+                  attn::CacheFormat kf = attn::CacheFormat::kAsCacheType,
+                  attn::CacheFormat vf = attn::CacheFormat::kAsCacheType) {
     attn::KvSessionSpec spec;
     spec.owner = owner, spec.session_id = id, spec.num_layers = layers;
     spec.num_kv_heads = heads, spec.head_dim = d, spec.value_dim = dv, spec.cache_type = t;
+    spec.key_format = kf, spec.value_format = vf;
     if (!store->Create(spec).ok()) Die("session setup", attn::Status::Internal(id));
     std::vector<float> kv(static_cast<size_t>(heads * tokens * std::max(d, dv)), fill);
     attn::KvStep st{id, attn::TensorView::Dense(kv.data(), {heads, 0, d}),
@@ -239,6 +242,9 @@ std::unique_ptr<attn::KvCacheStore> SessionStore() {
     const float fill = owner == kOwners[0] ? 0.25f : -0.5f;
     make(owner, "a", 2, 2, 8, 8, attn::CacheType::kFloat32, 20, fill);
     make(owner, "b", 1, 1, 4, 6, attn::CacheType::kBFloat16, 5, fill);
+    // Quantized: int8 keys, fp8 values.
+    make(owner, "q", 1, 1, 8, 8, attn::CacheType::kBFloat16, 9, fill, attn::CacheFormat::kInt8,
+         attn::CacheFormat::kFp8E4M3);
     if (!store->Fork(owner, "a", "a:c").ok()) Die("session setup", attn::Status::Internal("fork"));
   }
   make(kOwners[1], "bob-only", 1, 1, 4, 4, attn::CacheType::kFloat32, 3, 1.0f);

@@ -38,7 +38,15 @@ def rss_kb(pid):
         return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
 
 
-def round_to(x, t):
+def round_to(x, t, fmt=None):
+    """What a side of a `t` cache stored as `fmt` (None or "int8") keeps of x
+    [Hkv, n, D]: int8 is a float64 model of the server's quantizer (per kv
+    head and token, codes round-half-even(x / f) with f = max|x| / 127)."""
+    if fmt == "int8":
+        x = np.asarray(x, np.float64)
+        f = (np.abs(x).max(axis=-1, keepdims=True) / 127.0).astype(np.float32).astype(np.float64)
+        q = np.clip(np.rint(np.divide(x, f, out=np.zeros_like(x), where=f > 0)), -127, 127)
+        return (q * f).astype(np.float32)
     if t == "bfloat16":
         return ac.bf16_to_float32(ac.bf16_bits(np.asarray(x, np.float32)))
     if t == "float16":
@@ -83,9 +91,11 @@ class Worker(threading.Thread):
     def create(self, c):
         sid = self.fresh_id()
         spec = dict(layers=self.rng.choice([1, 2]), hkv=self.rng.choice([1, 2]),
-                    d=self.rng.choice([8, 16]), type=self.rng.choice(["float32", "bfloat16", "float16"]))
+                    d=self.rng.choice([8, 16]), type=self.rng.choice(["float32", "bfloat16", "float16"]),
+                    kf=self.rng.choice([None, None, "int8"]), vf=self.rng.choice([None, None, "int8"]))
         spec["h"] = c.create_session(spec["layers"], spec["hkv"], spec["d"],
-                                     cache_dtype=spec["type"], session_id=sid)
+                                     cache_dtype=spec["type"], session_id=sid,
+                                     key_format=spec["kf"], value_format=spec["vf"])
         spec["k"] = [np.zeros((spec["hkv"], 0, spec["d"]), np.float32) for _ in range(spec["layers"])]
         spec["v"] = [x.copy() for x in spec["k"]]
         self.sessions[sid] = spec
@@ -108,8 +118,8 @@ class Worker(threading.Thread):
                             causal=causal, window=(wl, None) if wl is not None else None,
                             sink_logits=sinks)
         results = [send()]
-        s["k"][layer] = np.concatenate([s["k"][layer], round_to(k, s["type"])], 1)
-        s["v"][layer] = np.concatenate([s["v"][layer], round_to(v, s["type"])], 1)
+        s["k"][layer] = np.concatenate([s["k"][layer], round_to(k, s["type"], s["kf"])], 1)
+        s["v"][layer] = np.concatenate([s["v"][layer], round_to(v, s["type"], s["vf"])], 1)
         if n and self.rng.random() < 0.05:
             h._tokens[layer] -= n  # the answer was lost: the engine sends the step again
             results.append(send())
