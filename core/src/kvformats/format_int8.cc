@@ -2,30 +2,15 @@
 // factor = max|x| / 127 (rounded to float32), code = x / factor in float64
 // rounded to nearest even, within [-127, 127]. A token all zeros (or so
 // small that the factor underflows) is stored as zeros with factor 0.
-// Codes widen in registers by sign extension and an integer conversion.
+// The decode kernel multiplies them in integer units (int8_loops.h).
 #include <cmath>
 #include <cstring>
 
 #include "kvformats/formats.h"
-#include "kvformats/page_loops_avx512.h"
+#include "kvformats/int8_loops.h"
 
 namespace attn::internal {
 namespace {
-
-struct LoadI8 {
-  using T = int8_t;
-  ATTN_DECODE static __m256 Load(const int8_t* p) {
-    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
-  }
-};
-struct Load512I8 {
-  using T = int8_t;
-  ATTN_DECODE512 static __m512 Load(const int8_t* p) {
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
-  }
-};
 
 float EncodeInt8(const float* src, int64_t dim, uint8_t* row) {
   float amax = 0.0f;
@@ -36,8 +21,14 @@ float EncodeInt8(const float* src, int64_t dim, uint8_t* row) {
     std::memset(row, 0, static_cast<size_t>(dim));
     return 0.0f;
   }
+  // Round half to even by the 2^52 + 2^51 trick (exact for |y| < 2^51; here
+  // |y| <= 127): plain arithmetic the compiler vectorises, where nearbyint
+  // is a library call without SSE4.1.
+  constexpr double kRound = 6755399441055744.0;
+  const double f = factor;
   for (int64_t x = 0; x < dim; ++x) {
-    const double v = std::nearbyint(static_cast<double>(src[x]) / static_cast<double>(factor));
+    const double shifted = static_cast<double>(src[x]) / f + kRound;
+    const double v = shifted - kRound;
     q[x] = static_cast<int8_t>(std::min(127.0, std::max(-127.0, v)));
   }
   return factor;
@@ -51,13 +42,7 @@ void WidenInt8(const uint8_t* codes, int64_t n, float* dst) {
 }  // namespace
 
 const PageCodec& Int8Codec() {
-  static const PageCodec c{"int8",
-                           1,
-                           true,
-                           EncodeInt8,
-                           WidenInt8,
-                           QkPageOf<LoadI8, Load512I8>,
-                           PvPageOf<LoadI8, Load512I8>};
+  static const PageCodec c{"int8", 1, true, EncodeInt8, WidenInt8, QkInt8Codes, PvInt8Codes};
   return c;
 }
 

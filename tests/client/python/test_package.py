@@ -572,7 +572,8 @@ def test_int8_session_decode_loop(client):
                 if fmt == "int8":
                     held, _ = reference(q[None], int8_held(keys)[None], int8_held(values)[None],
                                         causal=True, bottom_right=True)
-                    np.testing.assert_allclose(out, held[0], rtol=1e-5, atol=1e-5)
+                    # int8 keys meet the query rounded to int16 (2^-16 of its largest)
+                    np.testing.assert_allclose(out, held[0], rtol=2e-4, atol=2e-4)
     with pytest.raises(ValueError, match="key_format: expected None or one of"):
         client.create_session(1, 1, 8, key_format="int3")
 

@@ -81,6 +81,19 @@ TEST(PageCodecs, Int8CodesAreTheQuantizersExactly) {
 
 TEST(PageCodecs, Fp8CodesAreTheNearestE4m3Exactly) {
   ExpectCodesAsModelled(PageFormat::kFp8E4M3, ModelFp8);
+  // Exact ties: with 448 in the row the scale is 1, so each midpoint between
+  // two neighbouring e4m3 values must go to the even code, and values past
+  // 448 (none here) would saturate.
+  const PageCodec& fp8 = CodecOf(PageFormat::kFp8E4M3);
+  std::vector<float> ties = {448.0f};
+  for (int c = 0; c < 0x7E; ++c) {
+    ties.push_back(static_cast<float>((E4m3Value(c) + E4m3Value(c + 1)) / 2));
+    ties.push_back(-ties.back());
+  }
+  std::vector<uint8_t> tie_codes(ties.size());
+  ASSERT_EQ(fp8.encode(ties.data(), static_cast<int64_t>(ties.size()), tie_codes.data()), 256.0f);
+  ASSERT_EQ(tie_codes, ModelFp8(ties).codes);
+  for (size_t i = 1; i < ties.size(); ++i) ASSERT_EQ(tie_codes[i] % 2, 0) << ties[i];
   // Every code widens to its value (times 2^-8): subnormals, 448, both signs.
   const PageCodec& c = CodecOf(PageFormat::kFp8E4M3);
   for (int b = 0; b < 256; ++b) {
@@ -168,10 +181,19 @@ TEST_P(PageLoops, QkAndPvEqualFloat64) {
         // Weights for PV: the scores scaled down, some exactly 0.
         std::vector<float> p(static_cast<size_t>(rows * lds));
         for (int64_t r = 0; r < rows; ++r) {
+          // int8 keys are multiplied by the query row rounded to int16: at
+          // most max|q| / 65534 off per element, times the codes' sum.
+          double qmax = 0;
+          for (int64_t x = 0; x < d; ++x) qmax = std::max(qmax, std::fabs(double(q[r * d + x])));
           for (int64_t j = 0; j < c; ++j) {
-            double want = 0;
-            for (int64_t x = 0; x < d; ++x) want += double(q[r * d + x]) * k.held[j * d + x];
-            ASSERT_NEAR(s[r * lds + j], want, 1e-4 * (1 + std::fabs(want))) << r << "," << j;
+            double want = 0, l1 = 0;
+            for (int64_t x = 0; x < d; ++x) {
+              want += double(q[r * d + x]) * k.held[j * d + x];
+              l1 += std::fabs(k.held[j * d + x]);
+            }
+            const double rounding = GetParam() == PageFormat::kInt8 ? qmax / 65534 * l1 : 0.0;
+            ASSERT_NEAR(s[r * lds + j], want, 1e-4 * (1 + std::fabs(want)) + rounding)
+                << r << "," << j;
             p[r * lds + j] = (j % 5 == 3) ? 0.0f : static_cast<float>((r + 1) * (j + 2)) / 64.0f;
           }
           for (int64_t j = c; j < lds; ++j) ASSERT_EQ(s[r * lds + j], -7.0f) << "written past c";
@@ -181,10 +203,19 @@ TEST_P(PageLoops, QkAndPvEqualFloat64) {
         const std::vector<float> o0 = o;
         codec.pv(p.data(), rows, lds, v.bytes.data(), c, d, o.data(), next.bytes.data());
         for (int64_t r = 0; r < rows; ++r) {
+          // int8 values meet the row's weights rounded to int16: at most
+          // max(p) / 65534 off each, times the codes' sum.
+          double pmax = 0;
+          for (int64_t j = 0; j < c; ++j) pmax = std::max(pmax, double(p[r * lds + j]));
           for (int64_t x = 0; x < d; ++x) {
-            double want = o0[r * d + x];
-            for (int64_t j = 0; j < c; ++j) want += double(p[r * lds + j]) * v.held[j * d + x];
-            ASSERT_NEAR(o[r * d + x], want, 1e-4 * (1 + std::fabs(want))) << r << "," << x;
+            double want = o0[r * d + x], l1 = 0;
+            for (int64_t j = 0; j < c; ++j) {
+              want += double(p[r * lds + j]) * v.held[j * d + x];
+              l1 += std::fabs(v.held[j * d + x]);
+            }
+            const double rounding = GetParam() == PageFormat::kInt8 ? pmax / 65534 * l1 : 0.0;
+            ASSERT_NEAR(o[r * d + x], want, 1e-4 * (1 + std::fabs(want)) + rounding)
+                << r << "," << x;
           }
         }
         ++cases;

@@ -1,0 +1,386 @@
+#include "kvformats/int8_loops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kvformats/page_loops_avx512.h"
+
+namespace attn::internal {
+namespace {
+
+struct LoadI8 {
+  using T = int8_t;
+  ATTN_DECODE static __m256 Load(const int8_t* p) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+  }
+};
+struct Load512I8 {
+  using T = int8_t;
+  ATTN_DECODE512 static __m512 Load(const int8_t* p) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+  }
+};
+
+// ---- QK in integer units ----------------------------------------------------
+// Keys' codes times a query row rounded to int16 (scale max|q| / 32767, a
+// relative error of at most 2^-16 of its largest element), summed in int32:
+// sixteen (AVX2) or thirty-two (AVX-512) products per instruction pair, or
+// per instruction with AVX512-VNNI, against eight or sixteen for the float
+// loops. |q16| <= 32767 and |code| <= 127 keep a sum of up to 512 products
+// inside int32. Rows with a non-finite element take the float loops (a NaN
+// query answers NaN).
+
+#define ATTN_I8_512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
+#define ATTN_I8_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
+
+struct QRows {
+  std::vector<int16_t> q;
+  std::vector<float> scale;
+  // The rows they were made from: a task asks for the same rows page after
+  // page, and they are rounded once (QkInt8Codes keeps one per kv head).
+  std::vector<float> from;
+  bool ok = false;
+};
+
+// v (|v| <= 32767 and a bit) rounded half to even, by adding and taking
+// away 1.5 * 2^23: plain float arithmetic the compiler vectorises.
+inline float RoundToInt(float v) {
+  constexpr float kRound = 12582912.0f;
+  return (v + kRound) - kRound;
+}
+
+// q rows (dense, d long) as int16 and their scales; false when one is not
+// finite.
+bool RoundRows(const float* q, int64_t rows, int64_t d, QRows* out) {
+  const size_t n = static_cast<size_t>(rows * d);
+  if (out->from.size() == n && std::memcmp(out->from.data(), q, n * 4) == 0) return out->ok;
+  out->from.assign(q, q + n);
+  out->ok = false;
+  out->q.resize(static_cast<size_t>(rows * d));
+  out->scale.resize(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* qr = q + r * d;
+    float amax = 0.0f;
+    for (int64_t x = 0; x < d; ++x) amax = std::max(amax, std::fabs(qr[x]));
+    if (!std::isfinite(amax)) return false;
+    const float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
+    out->scale[static_cast<size_t>(r)] = amax / 32767.0f;
+    int16_t* dst = out->q.data() + r * d;
+    for (int64_t x = 0; x < d; ++x) dst[x] = static_cast<int16_t>(RoundToInt(qr[x] * inv));
+  }
+  out->ok = true;
+  return true;
+}
+
+template <bool kVnni>
+ATTN_I8_VNNI inline __m512i Dot32(__m512i acc, __m512i q, __m512i k) {
+  if constexpr (kVnni) return _mm512_dpwssd_epi32(acc, q, k);
+  return _mm512_add_epi32(acc, _mm512_madd_epi16(q, k));
+}
+
+ATTN_I8_512 inline __m256 FoldI(__m512i a) {
+  const __m512 f = _mm512_cvtepi32_ps(a);
+  return _mm256_add_ps(_mm512_castps512_ps256(f),
+                       _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1)));
+}
+
+template <bool kVnni>
+ATTN_I8_VNNI void QkI16x512(const QRows& qr, int64_t rows, const int8_t* k, int64_t c, int64_t d,
+                            float* s, int64_t lds, const uint8_t* next) {
+  const int16_t* q = qr.q.data();
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {  // four rows against two keys: eight sums
+    const int16_t* q0 = q + r * d;
+    int64_t j = 0;
+    for (; j + 2 <= c; j += 2) {
+      if (r == 0) {
+        PrefetchToken(next, d, j);
+        PrefetchToken(next, d, j + 1);
+      }
+      const int8_t* kj = k + j * d;
+      __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+      __m512i b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+      for (int64_t x = 0; x < d; x += 32) {
+        const __m512i k0 = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(kj + x)));
+        const __m512i k1 = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(kj + d + x)));
+        const __m512i q0v = _mm512_loadu_si512(q0 + x), q1v = _mm512_loadu_si512(q0 + d + x);
+        const __m512i q2v = _mm512_loadu_si512(q0 + 2 * d + x);
+        const __m512i q3v = _mm512_loadu_si512(q0 + 3 * d + x);
+        a0 = Dot32<kVnni>(a0, q0v, k0);
+        a1 = Dot32<kVnni>(a1, q1v, k0);
+        a2 = Dot32<kVnni>(a2, q2v, k0);
+        a3 = Dot32<kVnni>(a3, q3v, k0);
+        b0 = Dot32<kVnni>(b0, q0v, k1);
+        b1 = Dot32<kVnni>(b1, q1v, k1);
+        b2 = Dot32<kVnni>(b2, q2v, k1);
+        b3 = Dot32<kVnni>(b3, q3v, k1);
+      }
+      alignas(16) float out[8];
+      _mm_store_ps(out, Sum4(FoldI(a0), FoldI(a1), FoldI(a2), FoldI(a3)));
+      _mm_store_ps(out + 4, Sum4(FoldI(b0), FoldI(b1), FoldI(b2), FoldI(b3)));
+      for (int i = 0; i < 4; ++i) {
+        const float sc = qr.scale[static_cast<size_t>(r + i)];
+        s[(r + i) * lds + j] = out[i] * sc;
+        s[(r + i) * lds + j + 1] = out[4 + i] * sc;
+      }
+    }
+    for (; j < c; ++j) {
+      if (r == 0) PrefetchToken(next, d, j);
+      const int8_t* kj = k + j * d;
+      __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+      for (int64_t x = 0; x < d; x += 32) {
+        const __m512i kv = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(kj + x)));
+        a0 = Dot32<kVnni>(a0, _mm512_loadu_si512(q0 + x), kv);
+        a1 = Dot32<kVnni>(a1, _mm512_loadu_si512(q0 + d + x), kv);
+        a2 = Dot32<kVnni>(a2, _mm512_loadu_si512(q0 + 2 * d + x), kv);
+        a3 = Dot32<kVnni>(a3, _mm512_loadu_si512(q0 + 3 * d + x), kv);
+      }
+      alignas(16) float out[4];
+      _mm_store_ps(out, Sum4(FoldI(a0), FoldI(a1), FoldI(a2), FoldI(a3)));
+      for (int i = 0; i < 4; ++i) s[(r + i) * lds + j] = out[i] * qr.scale[r + i];
+    }
+  }
+  for (; r < rows; ++r) {  // one row against four keys
+    const int16_t* q0 = q + r * d;
+    const float sc = qr.scale[static_cast<size_t>(r)];
+    int64_t j = 0;
+    for (; j + 4 <= c; j += 4) {
+      if (r == 0) {
+        for (int64_t jj = j; jj < j + 4; ++jj) PrefetchToken(next, d, jj);
+      }
+      const int8_t* kj = k + j * d;
+      __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+      for (int64_t x = 0; x < d; x += 32) {
+        const __m512i qv = _mm512_loadu_si512(q0 + x);
+        const int8_t* kx = kj + x;
+        a0 = Dot32<kVnni>(a0, qv, _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)kx)));
+        a1 = Dot32<kVnni>(a1, qv,
+                          _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(kx + d))));
+        a2 = Dot32<kVnni>(a2, qv,
+                          _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(kx + 2 * d))));
+        a3 = Dot32<kVnni>(a3, qv,
+                          _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(kx + 3 * d))));
+      }
+      _mm_storeu_ps(s + r * lds + j,
+                    _mm_mul_ps(Sum4(FoldI(a0), FoldI(a1), FoldI(a2), FoldI(a3)), _mm_set1_ps(sc)));
+    }
+    for (; j < c; ++j) {
+      if (r == 0) PrefetchToken(next, d, j);
+      __m512i a = _mm512_setzero_si512();
+      for (int64_t x = 0; x < d; x += 32) {
+        a = Dot32<kVnni>(a, _mm512_loadu_si512(q0 + x),
+                         _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(k + j * d + x))));
+      }
+      s[r * lds + j] = static_cast<float>(_mm512_reduce_add_epi32(a)) * sc;
+    }
+  }
+}
+
+// The same sixteen products wide on the AVX2 tier.
+ATTN_DECODE void QkI16x256(const QRows& qr, int64_t rows, const int8_t* k, int64_t c, int64_t d,
+                           float* s, int64_t lds, const uint8_t* next) {
+  const int16_t* q = qr.q.data();
+  int64_t r = 0;
+  auto dot = [](__m256i acc, __m256i qv, __m256i kv)
+                 ATTN_DECODE { return _mm256_add_epi32(acc, _mm256_madd_epi16(qv, kv)); };
+  auto key = [](const int8_t* p) ATTN_DECODE {
+    return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  };
+  for (; r + 4 <= rows; r += 4) {  // four rows against one key
+    const int16_t* q0 = q + r * d;
+    for (int64_t j = 0; j < c; ++j) {
+      if (r == 0) PrefetchToken(next, d, j);
+      const int8_t* kj = k + j * d;
+      __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+      for (int64_t x = 0; x < d; x += 16) {
+        const __m256i kv = key(kj + x);
+        a0 = dot(a0, _mm256_loadu_si256((const __m256i*)(q0 + x)), kv);
+        a1 = dot(a1, _mm256_loadu_si256((const __m256i*)(q0 + d + x)), kv);
+        a2 = dot(a2, _mm256_loadu_si256((const __m256i*)(q0 + 2 * d + x)), kv);
+        a3 = dot(a3, _mm256_loadu_si256((const __m256i*)(q0 + 3 * d + x)), kv);
+      }
+      alignas(16) float out[4];
+      _mm_store_ps(out, Sum4(_mm256_cvtepi32_ps(a0), _mm256_cvtepi32_ps(a1), _mm256_cvtepi32_ps(a2),
+                             _mm256_cvtepi32_ps(a3)));
+      for (int i = 0; i < 4; ++i) s[(r + i) * lds + j] = out[i] * qr.scale[r + i];
+    }
+  }
+  for (; r < rows; ++r) {  // one row against four keys (and the last ones alone)
+    const int16_t* q0 = q + r * d;
+    const float sc = qr.scale[static_cast<size_t>(r)];
+    int64_t j = 0;
+    for (; j < c; j += 4) {
+      const int64_t n = std::min<int64_t>(4, c - j);
+      if (r == 0) {
+        for (int64_t jj = j; jj < j + n; ++jj) PrefetchToken(next, d, jj);
+      }
+      __m256i a[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                      _mm256_setzero_si256()};
+      for (int64_t x = 0; x < d; x += 16) {
+        const __m256i qv = _mm256_loadu_si256((const __m256i*)(q0 + x));
+        for (int64_t t = 0; t < n; ++t) a[t] = dot(a[t], qv, key(k + (j + t) * d + x));
+      }
+      alignas(16) float out[4];
+      _mm_store_ps(out, Sum4(_mm256_cvtepi32_ps(a[0]), _mm256_cvtepi32_ps(a[1]),
+                             _mm256_cvtepi32_ps(a[2]), _mm256_cvtepi32_ps(a[3])));
+      for (int64_t t = 0; t < n; ++t) s[r * lds + j + t] = out[t] * sc;
+    }
+  }
+}
+
+// ---- PV in integer units ------------------------------------------------------
+// Each row's weights (over at most kPvTokens tokens: |sum| <= 256 * 32767 *
+// 127 < 2^31) rounded to int16 against its largest, two tokens at once:
+// the codes of tokens j and j + 1 interleaved (unpack of their widened
+// rows) meet the pair (w_j, w_j+1) broadcast, one VPDPWSSD a 16-lane pair.
+// The interleave scatters columns within 128-bit lanes; the sums are put
+// back in order once a row and column chunk, after all the tokens.
+
+constexpr int64_t kPvTokens = 256;
+
+// Weights of `rows` rows over c tokens as int16, 2 * ceil(c / 2) a row (an
+// odd last token paired with 0), and each row's scale. Weights are finite
+// (at most 1 times a finite scale) unless a score was NaN, and a row with a
+// NaN score is answered NaN whatever its sums.
+ATTN_I8_512 void RoundWeights(const float* p, int64_t rows, int64_t ldp, int64_t c,
+                              std::vector<int16_t>* w16, std::vector<float>* scale) {
+  const int64_t np = (c + 1) / 2;
+  w16->resize(static_cast<size_t>(rows * 2 * np));
+  scale->resize(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* pr = p + r * ldp;
+    __m512 m = _mm512_setzero_ps();
+    for (int64_t j = 0; j < c; j += 16) {
+      m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_maskz_loadu_ps(Lanes16(c - j), pr + j)));
+    }
+    const float amax = _mm512_reduce_max_ps(m);
+    const __m512 inv = _mm512_set1_ps(amax > 0.0f ? 32767.0f / amax : 0.0f);
+    (*scale)[static_cast<size_t>(r)] = amax / 32767.0f;
+    int16_t* dst = w16->data() + r * 2 * np;  // read as int32 pairs: j low, j + 1 high
+    for (int64_t j = 0; j < c; j += 16) {
+      const __mmask16 k = Lanes16(c - j);
+      const __m512i w = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, pr + j), inv));
+      _mm256_mask_storeu_epi16(dst + j, k, _mm512_cvtsepi32_epi16(w));
+    }
+    if (c % 2 != 0) dst[c] = 0;
+  }
+}
+
+// o[r, x..x+32) += scale_r * (lo, hi) put back in column order: lo holds
+// columns 8k..8k+3 of each 128-bit lane k, hi columns 8k+4..8k+7.
+ATTN_I8_512 inline void AddPairSums(__m512i lo, __m512i hi, float scale, float* o) {
+  const __m512 l = _mm512_cvtepi32_ps(lo), h = _mm512_cvtepi32_ps(hi);
+  const __m512i first = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  const __m512i second =
+      _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+  const __m512 sc = _mm512_set1_ps(scale);
+  _mm512_storeu_ps(o, _mm512_fmadd_ps(_mm512_permutex2var_ps(l, first, h), sc, _mm512_loadu_ps(o)));
+  _mm512_storeu_ps(
+      o + 16, _mm512_fmadd_ps(_mm512_permutex2var_ps(l, second, h), sc, _mm512_loadu_ps(o + 16)));
+}
+
+// R rows (1 to 4) by 32 columns at x, over tokens [0, c) of v.
+// `ahead` (or null): lines of the page read next, one prefetched a token
+// pair (a burst of them at once stalled on the fill buffers).
+template <bool kVnni, int R>
+ATTN_I8_VNNI void PvRows512(const int32_t* pairs, int64_t np, const float* scale, const int8_t* v,
+                            int64_t c, int64_t dv, int64_t x, float* o, const uint8_t* ahead,
+                            int64_t ahead_lines) {
+  __m512i lo[R], hi[R];
+  for (int i = 0; i < R; ++i) lo[i] = hi[i] = _mm512_setzero_si512();
+  const __m256i zero = _mm256_setzero_si256();
+  for (int64_t t = 0; t < np; ++t) {
+    const int64_t j = 2 * t;
+    if (t < ahead_lines) asm volatile("prefetcht0 %0" : : "m"(*(ahead + t * 64)));
+    const __m512i a = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(v + j * dv + x)));
+    const __m512i b = _mm512_cvtepi8_epi16(
+        j + 1 < c ? _mm256_loadu_si256((const __m256i*)(v + (j + 1) * dv + x)) : zero);
+    const __m512i ilo = _mm512_unpacklo_epi16(a, b), ihi = _mm512_unpackhi_epi16(a, b);
+    for (int i = 0; i < R; ++i) {
+      const __m512i w = _mm512_set1_epi32(pairs[i * np + t]);
+      lo[i] = Dot32<kVnni>(lo[i], ilo, w);
+      hi[i] = Dot32<kVnni>(hi[i], ihi, w);
+    }
+  }
+  for (int i = 0; i < R; ++i) AddPairSums(lo[i], hi[i], scale[i], o + i * dv + x);
+}
+
+template <bool kVnni>
+ATTN_I8_VNNI void PvI16x512(const std::vector<int16_t>& w16, const std::vector<float>& scale,
+                            int64_t rows, const int8_t* v, int64_t c, int64_t dv, float* o,
+                            const uint8_t* next) {
+  const int64_t np = (c + 1) / 2;
+  const auto* pairs = reinterpret_cast<const int32_t*>(w16.data());
+  // The next page's values, c * dv bytes: np lines a column chunk.
+  const int64_t total = next == nullptr ? 0 : (c * dv + 63) / 64;
+  for (int64_t x = 0; x < dv; x += 32) {
+    const int64_t done = x / 32 * np;
+    const uint8_t* ahead = next == nullptr ? nullptr : next + done * 64;
+    const int64_t lines = std::max<int64_t>(0, std::min(np, total - done));
+    int64_t r = 0;
+    for (; r + 4 <= rows; r += 4) {
+      PvRows512<kVnni, 4>(pairs + r * np, np, scale.data() + r, v, c, dv, x, o + r * dv,
+                          r == 0 ? ahead : nullptr, r == 0 ? lines : 0);
+    }
+    for (; r < rows; ++r) {
+      PvRows512<kVnni, 1>(pairs + r * np, np, scale.data() + r, v, c, dv, x, o + r * dv,
+                          r == 0 ? ahead : nullptr, r == 0 ? lines : 0);
+    }
+  }
+}
+
+}  // namespace
+
+void QkInt8Codes(const float* q, int64_t rows, const uint8_t* k, int64_t c, int64_t d, float* s,
+                 int64_t lds, const uint8_t* next) {
+  // A task sweeps its pages head by head within a page: one rounded copy
+  // per kv head's rows, found by their address and checked by content.
+  constexpr size_t kHeads = 16;
+  thread_local QRows cache[kHeads];
+  thread_local const float* where[kHeads] = {};
+  thread_local size_t next_slot = 0;
+  size_t slot = 0;
+  while (slot < kHeads && where[slot] != q) ++slot;
+  if (slot == kHeads) {
+    slot = next_slot;
+    next_slot = (next_slot + 1) % kHeads;
+    where[slot] = q;
+  }
+  QRows& qr = cache[slot];
+  const auto* k8 = reinterpret_cast<const int8_t*>(k);
+  const bool wide = UseAvx512(d) && d % 32 == 0;
+  if (d <= 512 && (wide || d % 16 == 0) && RoundRows(q, rows, d, &qr)) {
+    static const bool vnni = __builtin_cpu_supports("avx512vnni");
+    if (wide && vnni) return QkI16x512<true>(qr, rows, k8, c, d, s, lds, next);
+    if (wide) return QkI16x512<false>(qr, rows, k8, c, d, s, lds, next);
+    return QkI16x256(qr, rows, k8, c, d, s, lds, next);
+  }
+  QkPageOf<LoadI8, Load512I8>(q, rows, k, c, d, s, lds, next);
+}
+
+void PvInt8Codes(const float* p, int64_t rows, int64_t ldp, const uint8_t* v, int64_t c, int64_t dv,
+                 float* o, const uint8_t* next) {
+  thread_local std::vector<int16_t> pairs;
+  thread_local std::vector<float> scale;
+  const auto* v8 = reinterpret_cast<const int8_t*>(v);
+  if (UseAvx512(dv) && dv % 32 == 0) {
+    static const bool vnni = __builtin_cpu_supports("avx512vnni");
+    for (int64_t j0 = 0; j0 < c; j0 += kPvTokens) {  // in int32's range
+      const int64_t n = std::min(kPvTokens, c - j0);
+      RoundWeights(p + j0, rows, ldp, n, &pairs, &scale);
+      if (vnni) {
+        PvI16x512<true>(pairs, scale, rows, v8 + j0 * dv, n, dv, o, j0 == 0 ? next : nullptr);
+      } else {
+        PvI16x512<false>(pairs, scale, rows, v8 + j0 * dv, n, dv, o, j0 == 0 ? next : nullptr);
+      }
+    }
+    return;
+  }
+  PvPageOf<LoadI8, Load512I8>(p, rows, ldp, v, c, dv, o, next);
+}
+
+}  // namespace attn::internal
