@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kvformats/page_loops_avx512.h"
+#include "support/isa_cap.h"
 
 namespace attn::internal {
 namespace {
@@ -354,7 +355,7 @@ void QkInt8Codes(const float* q, int64_t rows, const uint8_t* k, int64_t c, int6
   const auto* k8 = reinterpret_cast<const int8_t*>(k);
   const bool wide = UseAvx512(d) && d % 32 == 0;
   if (d <= 512 && (wide || d % 16 == 0) && RoundRows(q, rows, d, &qr)) {
-    static const bool vnni = __builtin_cpu_supports("avx512vnni");
+    const bool vnni = UseAvx512Vnni();
     if (wide && vnni) return QkI16x512<true>(qr, rows, k8, c, d, s, lds, next);
     if (wide) return QkI16x512<false>(qr, rows, k8, c, d, s, lds, next);
     return QkI16x256(qr, rows, k8, c, d, s, lds, next);
@@ -368,7 +369,7 @@ void PvInt8Codes(const float* p, int64_t rows, int64_t ldp, const uint8_t* v, in
   thread_local std::vector<float> scale;
   const auto* v8 = reinterpret_cast<const int8_t*>(v);
   if (UseAvx512(dv) && dv % 32 == 0) {
-    static const bool vnni = __builtin_cpu_supports("avx512vnni");
+    const bool vnni = UseAvx512Vnni();
     for (int64_t j0 = 0; j0 < c; j0 += kPvTokens) {  // in int32's range
       const int64_t n = std::min(kPvTokens, c - j0);
       RoundWeights(p + j0, rows, ldp, n, &pairs, &scale);

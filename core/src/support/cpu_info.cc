@@ -160,6 +160,15 @@ bool CpuHasTier(IsaTier tier) {
   return true;
 }
 
+bool UseAvx512Vnni() {
+  static const bool vnni = [] {
+    if (KernelTier() != IsaTier::kAvx512 || !__builtin_cpu_supports("avx512vnni")) return false;
+    const char* cap = std::getenv("ATTN_MAX_ISA");
+    return cap == nullptr || std::string_view(cap) != "avx512";
+  }();
+  return vnni;
+}
+
 void ApplyOneDnnIsaCap() {
   // oneDNN accepts the cap only before its first kernel is generated, and
   // only once; every path into oneDNN calls this first.

@@ -12,6 +12,12 @@ bool CpuHasTier(IsaTier tier);
 // The CPU's own bf16 matrix tier (CPUID and XCR0), whatever ATTN_MAX_ISA says.
 Bf16Tier CpuBf16Tier();
 
+// AVX512-VNNI for core's int8 loops: the CPU has it, the kernel tier is
+// AVX-512, and ATTN_MAX_ISA is not "avx512" (which stands for AVX-512
+// without VNNI or bf16, oneDNN's avx512_core, so that tests can run the
+// other loops on a VNNI machine).
+bool UseAvx512Vnni();
+
 // Caps oneDNN at AVX2 when KernelTier() is below AVX-512 and the user set no
 // ONEDNN_MAX_CPU_ISA. Idempotent and thread-safe; must run before oneDNN
 // creates its first primitive, so CpuEngine() calls it.
