@@ -8,6 +8,7 @@
 // core.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "support/simd.h"
@@ -32,13 +33,24 @@ inline void PrefetchToken(const uint8_t* next, int64_t bytes, int64_t j) {
   }
 }
 
-// The next page's values, prefetched a slice per chunk of columns.
-inline void PrefetchSlice(const uint8_t* next, int64_t tb, int64_t c, int64_t x, int64_t dv,
-                          int64_t step) {
-  if (next == nullptr) return;
-  const int64_t chunks = dv / step, k = x / step;
-  for (int64_t j = c * k / chunks; j < c * (k + 1) / chunks; ++j) PrefetchToken(next, tb, j);
-}
+// The next page's values spread over a PV loop: in token j of column chunk
+// k (of `chunks`), a line or more of the c * tb bytes, so that the lines go
+// out one at a time beside the work (a slice at once, after a chunk,
+// stalled on the line fill buffers).
+struct SpreadPrefetch {
+  const uint8_t* next;
+  int64_t total, per, c;
+  SpreadPrefetch(const uint8_t* n, int64_t tb, int64_t c_, int64_t chunks)
+      : next(n), total(n == nullptr ? 0 : (c_ * tb + 63) / 64), c(c_) {
+    const int64_t slots = std::max<int64_t>(1, chunks * c_);
+    per = (total + slots - 1) / slots;
+  }
+  void operator()(int64_t k, int64_t j) const {
+    for (int64_t u = 0, i = (k * c + j) * per; u < per && i < total; ++u, ++i) {
+      asm volatile("prefetcht0 %0" : : "m"(*(next + i * 64)));
+    }
+  }
+};
 
 // The AVX-512 loops run for this width (D or Dv): a multiple of 16 on the
 // AVX-512 tier.
@@ -137,6 +149,7 @@ ATTN_DECODE void PvFast(const float* p, int64_t rows, int64_t ldp, const typenam
   // Four rows by sixteen columns: eight independent sums per key.
   for (; r + 4 <= rows; r += 4) {
     const float* p0 = p + r * ldp;
+    const SpreadPrefetch pf(r == 0 ? next : nullptr, tb, c, dv / 16);
     int64_t x = 0;
     for (; x + 16 <= dv; x += 16) {
       float* o0 = o + r * dv + x;
@@ -145,6 +158,7 @@ ATTN_DECODE void PvFast(const float* p, int64_t rows, int64_t ldp, const typenam
       __m256 b0 = _mm256_loadu_ps(o0 + 8), b1 = _mm256_loadu_ps(o0 + dv + 8);
       __m256 b2 = _mm256_loadu_ps(o0 + 2 * dv + 8), b3 = _mm256_loadu_ps(o0 + 3 * dv + 8);
       for (int64_t j = 0; j < c; ++j) {
+        pf(x / 16, j);
         const __m256 v0 = L::Load(v + j * dv + x), v1 = L::Load(v + j * dv + x + 8);
         const __m256 w0 = _mm256_broadcast_ss(p0 + j), w1 = _mm256_broadcast_ss(p0 + ldp + j);
         const __m256 w2 = _mm256_broadcast_ss(p0 + 2 * ldp + j);
@@ -166,7 +180,6 @@ ATTN_DECODE void PvFast(const float* p, int64_t rows, int64_t ldp, const typenam
       _mm256_storeu_ps(o0 + dv + 8, b1);
       _mm256_storeu_ps(o0 + 2 * dv + 8, b2);
       _mm256_storeu_ps(o0 + 3 * dv + 8, b3);
-      if (r == 0) PrefetchSlice(next, tb, c, x, dv, 16);
     }
     for (; x < dv; x += 8) {
       float* o0 = o + r * dv + x;
@@ -188,12 +201,14 @@ ATTN_DECODE void PvFast(const float* p, int64_t rows, int64_t ldp, const typenam
   // One row by 32 columns: four sums per key.
   for (; r < rows; ++r) {
     const float* pr = p + r * ldp;
+    const SpreadPrefetch pf(r == 0 ? next : nullptr, tb, c, dv / 32);
     int64_t x = 0;
     for (; x + 32 <= dv; x += 32) {
       float* orow = o + r * dv + x;
       __m256 a0 = _mm256_loadu_ps(orow), a1 = _mm256_loadu_ps(orow + 8);
       __m256 a2 = _mm256_loadu_ps(orow + 16), a3 = _mm256_loadu_ps(orow + 24);
       for (int64_t j = 0; j < c; ++j) {
+        pf(x / 32, j);
         const __m256 w = _mm256_broadcast_ss(pr + j);
         const typename L::T* vj = v + j * dv + x;
         a0 = _mm256_fmadd_ps(w, L::Load(vj), a0);
@@ -205,7 +220,6 @@ ATTN_DECODE void PvFast(const float* p, int64_t rows, int64_t ldp, const typenam
       _mm256_storeu_ps(orow + 8, a1);
       _mm256_storeu_ps(orow + 16, a2);
       _mm256_storeu_ps(orow + 24, a3);
-      if (r == 0) PrefetchSlice(next, tb, c, x, dv, 32);
     }
     for (; x < dv; x += 8) {
       float* orow = o + r * dv + x;

@@ -105,6 +105,7 @@ ATTN_DECODE512 void PvFast512(const float* p, int64_t rows, int64_t ldp, const t
   int64_t r = 0;
   for (; r + 4 <= rows; r += 4) {  // four rows by 32 columns: eight sums a key
     const float* p0 = p + r * ldp;
+    const SpreadPrefetch pf(r == 0 ? next : nullptr, tb, c, dv / 32);
     int64_t x = 0;
     for (; x + 32 <= dv; x += 32) {
       float* o0 = o + r * dv + x;
@@ -113,6 +114,7 @@ ATTN_DECODE512 void PvFast512(const float* p, int64_t rows, int64_t ldp, const t
       __m512 b0 = _mm512_loadu_ps(o0 + 16), b1 = _mm512_loadu_ps(o0 + dv + 16);
       __m512 b2 = _mm512_loadu_ps(o0 + 2 * dv + 16), b3 = _mm512_loadu_ps(o0 + 3 * dv + 16);
       for (int64_t j = 0; j < c; ++j) {
+        pf(x / 32, j);
         const __m512 v0 = L::Load(v + j * dv + x), v1 = L::Load(v + j * dv + x + 16);
         const __m512 w0 = _mm512_set1_ps(p0[j]), w1 = _mm512_set1_ps(p0[ldp + j]);
         const __m512 w2 = _mm512_set1_ps(p0[2 * ldp + j]), w3 = _mm512_set1_ps(p0[3 * ldp + j]);
@@ -133,7 +135,6 @@ ATTN_DECODE512 void PvFast512(const float* p, int64_t rows, int64_t ldp, const t
       _mm512_storeu_ps(o0 + dv + 16, b1);
       _mm512_storeu_ps(o0 + 2 * dv + 16, b2);
       _mm512_storeu_ps(o0 + 3 * dv + 16, b3);
-      if (r == 0) PrefetchSlice(next, tb, c, x, dv, 32);
     }
     for (; x < dv; x += 16) {
       float* o0 = o + r * dv + x;
@@ -154,12 +155,14 @@ ATTN_DECODE512 void PvFast512(const float* p, int64_t rows, int64_t ldp, const t
   }
   for (; r < rows; ++r) {  // one row by 64 columns: four sums a key
     const float* pr = p + r * ldp;
+    const SpreadPrefetch pf(r == 0 ? next : nullptr, tb, c, dv / 64);
     int64_t x = 0;
     for (; x + 64 <= dv; x += 64) {
       float* orow = o + r * dv + x;
       __m512 a0 = _mm512_loadu_ps(orow), a1 = _mm512_loadu_ps(orow + 16);
       __m512 a2 = _mm512_loadu_ps(orow + 32), a3 = _mm512_loadu_ps(orow + 48);
       for (int64_t j = 0; j < c; ++j) {
+        pf(x / 64, j);
         const __m512 w = _mm512_set1_ps(pr[j]);
         const typename L::T* vj = v + j * dv + x;
         a0 = _mm512_fmadd_ps(w, L::Load(vj), a0);
@@ -171,7 +174,6 @@ ATTN_DECODE512 void PvFast512(const float* p, int64_t rows, int64_t ldp, const t
       _mm512_storeu_ps(orow + 16, a1);
       _mm512_storeu_ps(orow + 32, a2);
       _mm512_storeu_ps(orow + 48, a3);
-      if (r == 0) PrefetchSlice(next, tb, c, x, dv, 64);
     }
     for (; x < dv; x += 16) {
       float* orow = o + r * dv + x;
