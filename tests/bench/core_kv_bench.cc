@@ -185,6 +185,8 @@ BENCHMARK(BM_MemoryRead)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_KvDecode)
     ->ArgsProduct({{1}, {4096, 32768}, {0, 1, 2}})
     ->ArgsProduct({{32}, {4096}, {0, 1, 2}})
+    ->Args({1, 512, 0})
+    ->Args({1, 2048, 0})
     ->ArgNames({"sessions", "L", "format"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
