@@ -49,6 +49,44 @@ inline Quantized ModelInt8(const std::vector<float>& x) {
   return q;
 }
 
+// int4, asymmetric: over xs, lo and hi, scale = (hi - lo) / 15 rounded to
+// float32, code = round-half-even((x - lo) / scale) in [0, 15] (scale 0:
+// code 0), value = lo + code * scale in float32.
+inline void ModelInt4Group(const float* x, int64_t n, int64_t stride, float* scale_out,
+                           float* lo_out, uint8_t* codes, float* values) {
+  float lo = x[0], hi = x[0];
+  for (int64_t i = 0; i < n; ++i)
+    lo = std::min(lo, x[i * stride]), hi = std::max(hi, x[i * stride]);
+  const float scale = static_cast<float>((double(hi) - lo) / 15.0);
+  *scale_out = scale;
+  *lo_out = lo;
+  for (int64_t i = 0; i < n; ++i) {
+    const double c =
+        scale == 0
+            ? 0
+            : std::min(15.0, std::max(0.0, RoundHalfEven((x[i * stride] - double(lo)) / scale)));
+    codes[i] = static_cast<uint8_t>(c);
+    values[i] = lo + static_cast<float>(c) * scale;
+  }
+}
+
+// int4 values: per token, groups of 64 channels.
+inline Quantized ModelInt4Values(const std::vector<float>& x) {
+  Quantized q;
+  q.factor = 1;
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<uint8_t> codes(x.size());
+  std::vector<float> values(x.size());
+  for (int64_t g0 = 0; g0 < n; g0 += 64) {
+    float scale, lo;
+    const int64_t m = std::min<int64_t>(64, n - g0);
+    ModelInt4Group(x.data() + g0, m, 1, &scale, &lo, codes.data() + g0, values.data() + g0);
+  }
+  q.codes = codes;
+  for (float v : values) q.value.push_back(v), q.raw.push_back(v);
+  return q;
+}
+
 inline Quantized ModelFp8(const std::vector<float>& x) {
   double amax = 0;
   for (float v : x) amax = std::max(amax, std::fabs(double(v)));

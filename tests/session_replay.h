@@ -52,6 +52,9 @@ struct ReplaySession {
   int64_t layers = 1, hkv = 1, d = 1, dv = 1;
   ReplayType type = ReplayType::kFloat32;
   ReplayQuantizer key_q = nullptr, value_q = nullptr;
+  // int4 keys: blocks of key_block tokens quantized per channel when full
+  // (kv_quant_model.h), the block being filled rounded to the type.
+  int64_t key_block = 0;
   std::vector<std::vector<std::vector<float>>> k, v;  // [layer][head] -> L * D
 
   ReplaySession() = default;
@@ -82,12 +85,34 @@ struct ReplaySession {
       for (int64_t i = 0; i < n; ++i) {
         put(key_q, key.data() + (g * n + i) * d, d, &k[layer][g]);
         put(value_q, value.data() + (g * n + i) * dv, dv, &v[layer][g]);
+        const int64_t held = static_cast<int64_t>(k[layer][g].size()) / d;
+        if (key_block > 0 && held % key_block == 0) QuantizeBlock(&k[layer][g], held - key_block);
       }
+    }
+  }
+  // A full block of int4 keys from `first`: each channel quantized.
+  void QuantizeBlock(std::vector<float>* rows, int64_t first) const {
+    std::vector<uint8_t> codes(static_cast<size_t>(key_block));
+    std::vector<float> held(static_cast<size_t>(key_block));
+    for (int64_t x = 0; x < d; ++x) {
+      float* col = rows->data() + first * d + x;
+      float scale, lo;
+      ModelInt4Group(col, key_block, d, &scale, &lo, codes.data(), held.data());
+      for (int64_t j = 0; j < key_block; ++j) col[j * d] = held[static_cast<size_t>(j)];
     }
   }
   void Truncate(int64_t tokens) {
     for (int64_t l = 0; l < layers; ++l) {
       if (tokens >= Tokens(l)) continue;
+      const int64_t keep = key_block > 0 ? tokens % key_block : 0;
+      if (keep > 0 && tokens - keep + key_block <= Tokens(l)) {
+        // Cut into a full block: its kept tokens staged again, in the type.
+        for (int64_t g = 0; g < hkv; ++g) {
+          for (int64_t i = (tokens - keep) * d; i < tokens * d; ++i) {
+            k[l][g][static_cast<size_t>(i)] = RoundTo(type, k[l][g][static_cast<size_t>(i)]);
+          }
+        }
+      }
       for (int64_t g = 0; g < hkv; ++g) {
         k[l][g].resize(tokens * d);
         v[l][g].resize(tokens * dv);

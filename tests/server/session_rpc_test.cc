@@ -614,14 +614,41 @@ TEST_F(SessionRpc, QuantizedSessionsStoreTheirFormatsAndAnswerOverTheirCodes) {
   for (int i = 0; i < 5; ++i) ExtendAndCheck(0, {&r}, {MakeStep(r, 1, 1, rng)}, {}, 2e-4);
   auto listed = sessions_->List();
   ASSERT_TRUE(listed.ok());
-  ASSERT_EQ(listed->sessions_size(), 1);
+  ASSERT_EQ(listed->sessions_size(), 1);  // before the int4 one below
   EXPECT_EQ(listed->sessions(0).key_format(), v1::CACHE_FORMAT_INT8);
   EXPECT_EQ(listed->sessions(0).layer_tokens(0), 85);
 
+  // int4 (keys per channel over blocks of tokens, values per token in
+  // groups): answers within 25% relative RMS of the unquantized inputs.
   spec.set_session_id("q4");
   spec.set_key_format(v1::CACHE_FORMAT_INT4);
+  spec.set_value_format(v1::CACHE_FORMAT_INT4);
+  auto q4 = sessions_->Create(spec);
+  ASSERT_TRUE(q4.ok()) << q4.status().ToString();
+  EXPECT_EQ(q4->key_format(), v1::CACHE_FORMAT_INT4);
+  Remote exact{"q4", 8, ReplaySession(1, 2, 16, 16, ReplayType::kFloat32)};
+  for (int64_t n : {150, 1, 1, 3}) {
+    const Step st = MakeStep(exact, n, n, rng);
+    v1::ExtendRequest req4;
+    req4.set_causal(true);
+    AddStep(exact, st, &req4);
+    auto resp = sessions_->Extend(req4);
+    ASSERT_TRUE(resp.ok()) << resp.status().ToString();
+    exact.replay.Append(0, st.k, st.v, n);
+    const auto want = exact.replay.Expected(0, st.q, 8, n, {});
+    const std::vector<float> got = Floats(resp->results(0).output());
+    double num = 0, den = 0;
+    for (size_t i = 0; i < want.out.size(); ++i) {
+      num += (got[i] - want.out[i]) * (got[i] - want.out[i]);
+      den += want.out[i] * want.out[i];
+    }
+    EXPECT_LT(std::sqrt(num / den), 0.25) << n;
+  }
+  spec.set_session_id("q4-odd");
+  spec.set_head_dim(15);
   attn_test::ExpectStatus(sessions_->Create(spec).status(), attn::StatusCode::kInvalidArgument,
-                          "key_format: ");
+                          "key_format: int4 needs an even head_dim (two channels a byte), got 15");
+  spec.set_head_dim(16);
   spec.set_key_format(static_cast<v1::CacheFormat>(7));
   attn_test::ExpectStatus(sessions_->Create(spec).status(), attn::StatusCode::kInvalidArgument,
                           "key_format: expected CACHE_FORMAT_UNSPECIFIED, CACHE_FORMAT_INT8, "
@@ -633,6 +660,7 @@ TEST_F(SessionRpc, QuantizedSessionsStoreTheirFormatsAndAnswerOverTheirCodes) {
   attn_test::ExpectStatus(sessions_->Extend(req).status(), attn::StatusCode::kInvalidArgument,
                           "key: the session stores it as int8, which holds finite values only");
   EXPECT_EQ(sessions_->Get("q8")->layer_tokens(0), 85);
+  EXPECT_EQ(sessions_->Get("q4")->layer_tokens(0), 155);
 }
 
 }  // namespace

@@ -170,6 +170,11 @@ StatusOr<DecodeBenchConfig> DecodeBenchConfigFromFlags(const CommandLine& cl) {
   if (!kf.ok()) return kf.status();
   if (!vf.ok()) return vf.status();
   c.key_format = *kf, c.value_format = *vf;
+  if (c.key_format == v1::CACHE_FORMAT_INT4 && cl.has("--verify")) {
+    return Status::InvalidArgument(
+        "--verify: int4 keys are quantized per channel over blocks of tokens, which the "
+        "verifier does not model; run --key-format int4 without --verify");
+  }
   auto dtype = cl.Choice("--dtype", kDtypeNames, "float32");
   if (!dtype.ok()) return dtype.status();
   c.wire = DtypeByName(*dtype);

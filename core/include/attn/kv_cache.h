@@ -50,23 +50,28 @@ const char* CacheTypeName(CacheType type);
 int CacheTypeBytes(CacheType type);
 
 // How a session stores its keys, or its values: as its cache_type says
-// (kAsCacheType), or quantized, each token of each kv head its codes and
-// one float32 factor (a token's values are its codes times its factor):
-//   kInt8     symmetric int8, factor max|x| / 127;
-//   kFp8E4M3  float8 e4m3 (largest 448), factor max|x| / 448.
-// A quantized side holds finite values only. kInt4 is the protocol's
-// CACHE_FORMAT_INT4, which this store does not build yet: Create refuses
-// it with INVALID_ARGUMENT.
+// (kAsCacheType), or quantized:
+//   kInt8     symmetric int8 codes and one float32 factor per (token, kv
+//             head), max|x| / 127;
+//   kFp8E4M3  float8 e4m3 codes (largest 448) and a factor max|x| / 448;
+//   kInt4     4-bit codes, asymmetric (scale (max - min) / 15 and min):
+//             values per token in groups of 64 channels; keys per channel
+//             over a block of tokens (KvSessionInfo::key_block_tokens), the
+//             block being filled kept in cache_type until it is full (then
+//             quantized once; a truncate into a full block stages its kept
+//             tokens again). head_dim / value_dim even.
+// A quantized side holds finite values only.
 enum class CacheFormat { kAsCacheType, kInt8, kFp8E4M3, kInt4 };
 // "int8", "fp8_e4m3", "int4", or for kAsCacheType the type's name.
 const char* CacheFormatName(CacheFormat format, CacheType type);
 // What a side stored as `format` in a cache of `type` holds of one token's
-// n values (one kv head's keys or values): rounded to the type, or
-// quantized and widened back. x finite for a quantized format; kInt4: x
-// as given (not stored by this store).
+// n values (one kv head's values, or keys of a per-token format): rounded
+// to the type, or quantized and widened back. x finite for a quantized
+// format. int4 keys depend on their block, which this does not model.
 void StoredValues(CacheFormat format, CacheType type, const float* x, int64_t n, float* out);
 // Bytes one token of one kv head takes in a side of `dim` values (codes and
-// factor).
+// factor; for int4, the values' codes and group scales, which int4 keys'
+// codes and block meta come close to).
 int64_t StoredBytes(CacheFormat format, CacheType type, int64_t dim);
 
 // A session id is [A-Za-z0-9._:-]{1,128}; its family, by which balancers
@@ -106,6 +111,9 @@ struct KvSessionInfo {
   // One token of one kv head in its pages: keys and values, with their
   // factors (the page's alignment aside).
   int64_t token_bytes = 0;
+  // int4 keys: the tokens of a block quantized together per channel (the
+  // block being filled kept in cache_type); 0 otherwise.
+  int64_t key_block_tokens = 0;
 };
 
 struct KvStoreOptions {

@@ -91,11 +91,46 @@ Scratch& ThreadScratch() {
   return s;
 }
 
-// n codes of a side widened (without their factors) into buf.
-const float* Widen(const PageSide& side, const uint8_t* codes, int64_t n, std::vector<float>* buf) {
-  if (static_cast<int64_t>(buf->size()) < n) buf->resize(static_cast<size_t>(n));
-  side.codec->widen(codes, n, buf->data());
+// One page of kv head g: keys [a, b) of the page at tokens [j0, j0 + T).
+struct PageSpan {
+  const uint8_t* base;
+  const uint8_t *knext, *vnext;  // the same places in the page read next (or null)
+  int64_t g, j0, a, b;
+  bool whole;  // every row sees every key of [a, b)
+};
+
+// c rows of `dim` of a side widened (without their factors) into buf.
+const float* Widen(const PageSide& side, const uint8_t* rows, int64_t c, int64_t dim,
+                   std::vector<float>* buf) {
+  if (static_cast<int64_t>(buf->size()) < c * dim) buf->resize(static_cast<size_t>(c * dim));
+  side.codec->widen(rows, c, dim, buf->data());
   return buf->data();
+}
+
+// A side's rows [a, a + c) of a page as the loops read them: its codes in
+// place (a codec with in-register loops, on a tier that runs them), or
+// widened into buf as float32 (blocked keys from their blocks and staging).
+struct Rows {
+  const PageCodec* codec;  // whose loops read `data`
+  const uint8_t* data;
+  int64_t row_bytes;
+  bool floats;  // `data` is float32 rows (buf)
+};
+
+Rows SideRows(const DecodeProblem& p, const PageSide& side, const PageSpan& sp, int64_t dim,
+              bool fast, std::vector<float>* buf) {
+  const int64_t c = sp.b - sp.a;
+  if (side.codec->blocked) {
+    if (static_cast<int64_t>(buf->size()) < c * dim) buf->resize(static_cast<size_t>(c * dim));
+    const uint8_t* stage = p.stage != nullptr ? p.stage[sp.g] : nullptr;
+    WidenBlockedKeys(*p.layout, sp.base, stage, sp.j0, sp.a, c, p.fill_start, dim, buf->data());
+  } else if (fast && side.codec->qk != nullptr) {
+    return Rows{side.codec, side.Row(sp.base, sp.a - sp.j0), side.row_bytes, false};
+  } else {
+    Widen(side, side.Row(sp.base, sp.a - sp.j0), c, dim, buf);
+  }
+  return Rows{&CodecOf(PageFormat::kFloat32), reinterpret_cast<const uint8_t*>(buf->data()),
+              dim * 4, true};
 }
 
 // One row's scores of keys [a, a + c) (row entries [ra, rb) are live): the
@@ -133,14 +168,6 @@ void UpdateRow(const DecodeKernels& kern, const DecodeProblem& p, int64_t h, int
   *l += sk.exp_sum(x, nr, 1.0f, mnew);
 }
 
-// One page of kv head g: keys [a, b) of the page at tokens [j0, j0 + T).
-struct PageSpan {
-  const uint8_t* base;
-  const uint8_t *knext, *vnext;  // the same places in the page read next (or null)
-  int64_t g, j0, a, b;
-  bool whole;  // every row sees every key of [a, b)
-};
-
 // Scores, the online softmax's update, and the weighted values of a page.
 void AttendPage(const DecodeKernels& kern, const Task& task, Scratch& sc, const PageSpan& sp,
                 bool fast) {
@@ -148,15 +175,14 @@ void AttendPage(const DecodeKernels& kern, const Task& task, Scratch& sc, const 
   const int64_t group = p.hq / p.hkv, rows = group * p.n, d = p.d, dv = p.dv;
   const int64_t T = p.tokens_per_page, g = sp.g, a = sp.a, b = sp.b, c = b - a;
   const PageSide &ks = p.key, &vs = p.value;
-  const uint8_t* kcodes = ks.Row(sp.base, a - sp.j0);
-  const uint8_t* vcodes = vs.Row(sp.base, a - sp.j0);
   const float* qg = sc.q.data() + g * rows * d;
   float* og = task.part.o + g * rows * dv;
   float* s = sc.s.data();
+  const Rows kr = SideRows(p, ks, sp, d, fast, &sc.k);
   if (fast) {
-    ks.codec->qk(qg, rows, kcodes, c, d, s, T, sp.knext);
+    kr.codec->qk(qg, rows, kr.data, c, d, s, T, kr.floats ? nullptr : sp.knext);
   } else {
-    QkPortable(qg, rows, Widen(ks, kcodes, c * d, &sc.k), c, d, s, T);
+    QkPortable(qg, rows, reinterpret_cast<const float*>(kr.data), c, d, s, T);
   }
   if (ks.codec->scaled) TimesFactors(s, rows, T, ks.Factors(sp.base) + (a - sp.j0), c);
   for (int64_t hh = 0; hh < group; ++hh) {
@@ -169,12 +195,13 @@ void AttendPage(const DecodeKernels& kern, const Task& task, Scratch& sc, const 
   }
   // A quantized side's factors ride on the weights (0 outside a row's keys).
   if (vs.codec->scaled) TimesFactors(s, rows, T, vs.Factors(sp.base) + (a - sp.j0), c);
-  const float* vf = fast ? nullptr : Widen(vs, vcodes, c * dv, &sc.v);
+  const Rows vr = SideRows(p, vs, sp, dv, fast, &sc.v);
+  const uint8_t* vnext = vr.floats ? nullptr : sp.vnext;
   if (sp.whole) {
     if (fast) {
-      vs.codec->pv(s, rows, T, vcodes, c, dv, og, sp.vnext);
+      vr.codec->pv(s, rows, T, vr.data, c, dv, og, vnext);
     } else {
-      PvPortable(s, rows, T, vf, c, dv, og);
+      PvPortable(s, rows, T, reinterpret_cast<const float*>(vr.data), c, dv, og);
     }
     return;
   }
@@ -186,10 +213,11 @@ void AttendPage(const DecodeKernels& kern, const Task& task, Scratch& sc, const 
       const int64_t ra = std::max(a, sc.lo[t]), rb = std::min(b, sc.hi[t]);
       if (rb <= ra) continue;
       const float* srow = s + r * T + (ra - a);
+      const uint8_t* vrow = vr.data + (ra - a) * vr.row_bytes;
       if (fast) {
-        vs.codec->pv(srow, 1, T, vs.Row(sp.base, ra - sp.j0), rb - ra, dv, og + r * dv, nullptr);
+        vr.codec->pv(srow, 1, T, vrow, rb - ra, dv, og + r * dv, nullptr);
       } else {
-        PvPortable(srow, 1, T, vf + (ra - a) * dv, rb - ra, dv, og + r * dv);
+        PvPortable(srow, 1, T, reinterpret_cast<const float*>(vrow), rb - ra, dv, og + r * dv);
       }
     }
   }

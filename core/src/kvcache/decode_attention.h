@@ -28,6 +28,11 @@ struct DecodeProblem {
   int64_t tokens_per_page = 0;  // T
   // Where a page keeps its keys and values (their codecs among them).
   PageSide key, value;
+  // Blocked keys: the layout, and per kv head the staging page of tokens
+  // [fill_start, tokens).
+  const PageLayout* layout = nullptr;
+  const uint8_t* const* stage = nullptr;
+  int64_t fill_start = 0;
   // Page p of kv head g at pages[g * pages_per_head + p].
   const uint8_t* const* pages = nullptr;
   int64_t pages_per_head = 0;

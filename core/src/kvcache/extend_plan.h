@@ -22,12 +22,25 @@ struct StepPlan {
   bool busy = false;                 // this call marked the layer busy
   bool replay = false;               // a replay: nothing written or committed
   std::vector<float> slopes, sinks;  // per query head, when given
+  // Blocked keys: the staging pages before the step (read) and after it
+  // (fresh when the step writes keys and leaves a block being filled).
+  std::vector<PageId> stage_before, stage;
+  int64_t held = 0;  // tokens the layer holds after this call (a replay: as it is)
 };
 
 // Whether a step's keys and values equal the layer's tokens at
-// [at, at + n_kv) as the cache stores them (rounded to its type).
-bool StoredEquals(const StepPlan& p, const std::vector<PageId>& pages, int64_t at,
-                  const PagePool& pool);
+// [at, at + n_kv) as the cache stores them (rounded to its type, or their
+// codes); the layer holds `tokens` in `pages` (and `stage`).
+bool StoredEquals(const StepPlan& p, const KvLayer& layer, int64_t at, const PagePool& pool);
+
+// Blocked keys (kv_stage.cc): a step's keys written through the block
+// being filled, each block quantized into its page when it fills, the
+// block left being filled staged on p.stage.
+void WriteBlockedKeys(const StepPlan& p, PagePool* pool);
+// Whether key token `pos` of kv head g (a row of `dim`, stride `stride`)
+// is what a layer of `tokens` holds there (staged, or its block's codes).
+bool SameBlockedKey(const KvSession& s, const KvLayer& layer, const PagePool& pool, int64_t g,
+                    int64_t pos, const float* x, int64_t stride);
 
 // Writes each step's keys and values into its pages (plan.table), rounded
 // to the cache's type (a replay's are already there).

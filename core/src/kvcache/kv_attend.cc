@@ -27,11 +27,18 @@ Status AttendGathered(const StepPlan& p, const KvExtendOptions& o, PagePool* poo
   const int64_t hkv = s.spec.num_kv_heads, d = s.spec.head_dim, dv = s.spec.value_dim;
   const int64_t tpp = s.tokens_per_page, L = p.after;
   Tensor k = Tensor::Uninitialized({1, hkv, L, d}), v = Tensor::Uninitialized({1, hkv, L, dv});
+  const int64_t fill = s.layout.block_tokens > 0 ? p.held - p.held % s.layout.block_tokens : L;
   for (int64_t g = 0; g < hkv; ++g) {  // as stored: quantized sides' values dequantized
     for (int64_t j0 = 0; j0 < L; j0 += tpp) {
       const int64_t c = std::min(tpp, L - j0);
       const uint8_t* page = pool->Data(p.table[static_cast<size_t>(j0 / tpp * hkv + g)]);
-      DecodeTokens(s.layout.key, page, 0, c, d, k.data.data() + (g * L + j0) * d);
+      if (s.layout.block_tokens > 0) {
+        const uint8_t* stage = p.stage.empty() ? nullptr : pool->Data(p.stage[g]);
+        WidenBlockedKeys(s.layout, page, stage, j0, j0, c, fill, d,
+                         k.data.data() + (g * L + j0) * d);
+      } else {
+        DecodeTokens(s.layout.key, page, 0, c, d, k.data.data() + (g * L + j0) * d);
+      }
       DecodeTokens(s.layout.value, page, 0, c, dv, v.data.data() + (g * L + j0) * dv);
     }
   }
@@ -78,8 +85,8 @@ bool SameToken(const PageSide& side, const float* src, int64_t stride, int64_t d
 
 }  // namespace
 
-bool StoredEquals(const StepPlan& p, const std::vector<PageId>& pages, int64_t at,
-                  const PagePool& pool) {
+bool StoredEquals(const StepPlan& p, const KvLayer& layer, int64_t at, const PagePool& pool) {
+  const std::vector<PageId>& pages = layer.pages;
   if (p.nkv == 0) return true;
   const KvSession& s = *p.session;
   const int64_t hkv = s.spec.num_kv_heads, d = s.spec.head_dim, dv = s.spec.value_dim;
@@ -92,10 +99,13 @@ bool StoredEquals(const StepPlan& p, const std::vector<PageId>& pages, int64_t a
     for (int64_t i = 0; i < p.nkv; ++i) {
       const int64_t pos = at + i, slot = pos % tpp;
       const uint8_t* page = pool.Data(pages[static_cast<size_t>(pos / tpp * hkv + g)]);
-      if (!SameToken(s.layout.key, k.f32() + g * k.stride(0) + i * k.stride(1), k.stride(2), d,
-                     page, slot, &tmp, &row) ||
-          !SameToken(s.layout.value, v.f32() + g * v.stride(0) + i * v.stride(1), v.stride(2), dv,
-                     page, slot, &tmp, &row)) {
+      const float* kx = k.f32() + g * k.stride(0) + i * k.stride(1);
+      const bool key_same =
+          s.layout.block_tokens > 0
+              ? SameBlockedKey(s, layer, pool, g, pos, kx, k.stride(2))
+              : SameToken(s.layout.key, kx, k.stride(2), d, page, slot, &tmp, &row);
+      if (!key_same || !SameToken(s.layout.value, v.f32() + g * v.stride(0) + i * v.stride(1),
+                                  v.stride(2), dv, page, slot, &tmp, &row)) {
         return false;
       }
     }
@@ -113,12 +123,16 @@ void WriteSteps(const std::vector<StepPlan>& plans, PagePool* pool) {
     tmp.resize(static_cast<size_t>(std::max(d, dv)));
     const TensorView& k = *p.step->key;
     const TensorView& v = *p.step->value;
+    const bool blocked = s.layout.block_tokens > 0;
+    if (blocked) WriteBlockedKeys(p, pool);
     for (int64_t g = 0; g < hkv; ++g) {
       for (int64_t i = 0; i < p.nkv; ++i) {
         const int64_t pos = p.before + i, slot = pos % tpp;
         uint8_t* page = pool->Data(p.table[static_cast<size_t>(pos / tpp * hkv + g)]);
-        EncodeToken(s.layout.key, k.f32() + g * k.stride(0) + i * k.stride(1), k.stride(2), d,
-                    tmp.data(), page, slot);
+        if (!blocked) {
+          EncodeToken(s.layout.key, k.f32() + g * k.stride(0) + i * k.stride(1), k.stride(2), d,
+                      tmp.data(), page, slot);
+        }
         EncodeToken(s.layout.value, v.f32() + g * v.stride(0) + i * v.stride(1), v.stride(2), dv,
                     tmp.data(), page, slot);
       }
@@ -130,7 +144,8 @@ namespace {
 
 // Step p's problem over its pages (`ptrs`, by kv head), all its query rows.
 DecodeProblem MakeProblem(const StepPlan& p, const KvExtendOptions& o,
-                          const std::vector<const uint8_t*>& ptrs, AttentionResult* r) {
+                          const std::vector<const uint8_t*>& ptrs,
+                          const std::vector<const uint8_t*>& stage_ptrs, AttentionResult* r) {
   const KvSession& s = *p.session;
   DecodeProblem dp;
   const int64_t hkv = s.spec.num_kv_heads;
@@ -143,6 +158,11 @@ DecodeProblem MakeProblem(const StepPlan& p, const KvExtendOptions& o,
   dp.tokens_per_page = s.tokens_per_page;
   dp.key = s.layout.key;
   dp.value = s.layout.value;
+  dp.layout = &s.layout;
+  if (s.layout.block_tokens > 0) {
+    dp.fill_start = p.held - p.held % s.layout.block_tokens;
+    dp.stage = stage_ptrs.empty() ? nullptr : stage_ptrs.data();
+  }
   dp.pages = ptrs.data();
   dp.pages_per_head = static_cast<int64_t>(ptrs.size()) / hkv;
   const TensorView& q = p.step->query;
@@ -175,7 +195,7 @@ Status AttendSteps(const std::vector<StepPlan>& plans, const KvExtendOptions& o,
                    std::vector<AttentionResult>* results) {
   results->assign(plans.size(), AttentionResult{});
   std::deque<DecodeProblem> problems;
-  std::vector<std::vector<const uint8_t*>> page_ptrs(plans.size());
+  std::vector<std::vector<const uint8_t*>> page_ptrs(plans.size()), stage_ptrs(plans.size());
   std::deque<RowSlice> slices;
   std::vector<const DecodeProblem*> decode;
   for (size_t i = 0; i < plans.size(); ++i) {
@@ -203,7 +223,8 @@ Status AttendSteps(const std::vector<StepPlan>& plans, const KvExtendOptions& o,
             pool->Data(p.table[static_cast<size_t>(pg * hkv + g)]);
       }
     }
-    const DecodeProblem whole = MakeProblem(p, o, ptrs, &r);
+    for (PageId st : p.stage) stage_ptrs[i].push_back(pool->Data(st));
+    const DecodeProblem whole = MakeProblem(p, o, ptrs, stage_ptrs[i], &r);
     if (!wide) {
       problems.push_back(whole);
       decode.push_back(&problems.back());

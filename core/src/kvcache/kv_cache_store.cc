@@ -27,7 +27,10 @@ KvSession::KvSession(const KvSessionSpec& s, const PageLayout& l, PagePool* p, i
       last_used(SteadyClock::now()) {}
 
 KvSession::~KvSession() {
-  for (KvLayer& l : layers) pool->Release(l.pages.data(), static_cast<int64_t>(l.pages.size()));
+  for (KvLayer& l : layers) {
+    pool->Release(l.pages.data(), static_cast<int64_t>(l.pages.size()));
+    pool->Release(l.stage.data(), static_cast<int64_t>(l.stage.size()));
+  }
   pool->AddMetadata(-metadata_counted);
 }
 
@@ -38,7 +41,7 @@ int64_t KvSession::MetadataBytesLocked() const {
                   static_cast<int64_t>(spec.session_id.capacity() + spec.owner.capacity()) +
                   static_cast<int64_t>(layers.capacity() * sizeof(KvLayer));
   for (const KvLayer& l : layers)
-    bytes += static_cast<int64_t>(l.pages.capacity() * sizeof(PageId));
+    bytes += static_cast<int64_t>((l.pages.capacity() + l.stage.capacity()) * sizeof(PageId));
   return bytes;
 }
 
@@ -53,10 +56,11 @@ KvSessionInfo KvSession::InfoLocked() const {
   info.spec = spec;
   info.tokens_per_page = tokens_per_page;
   info.token_bytes = layout.token_bytes;
+  info.key_block_tokens = layout.block_tokens;
   int64_t pages = 0;
   for (const KvLayer& l : layers) {
     info.layer_tokens.push_back(l.tokens);
-    pages += static_cast<int64_t>(l.pages.size());
+    pages += static_cast<int64_t>(l.pages.size() + l.stage.size());
   }
   info.cache_bytes = pages * pool->page_bytes();
   return info;
@@ -152,11 +156,11 @@ KvCacheStore::~KvCacheStore() = default;
 
 namespace {
 
-Status CheckFormat(CacheFormat f, const char* field) {
-  if (f != CacheFormat::kInt4) return Status::Ok();
-  return Status::InvalidArgument(std::string(field) +
-                                 ": this server stores keys and values unquantized, as int8 or as "
-                                 "fp8_e4m3; int4 is not built yet, got int4");
+// int4 packs two channels a byte: an even width.
+Status CheckFormat(CacheFormat f, int64_t dim, const char* field, const char* dim_name) {
+  if (f != CacheFormat::kInt4 || dim % 2 == 0) return Status::Ok();
+  return Status::InvalidArgument(std::string(field) + ": int4 needs an even " + dim_name +
+                                 " (two channels a byte), got " + std::to_string(dim));
 }
 
 Status CheckSpec(KvSessionSpec* s, const KvStoreOptions& o, internal::PageLayout* layout) {
@@ -173,11 +177,12 @@ Status CheckSpec(KvSessionSpec* s, const KvStoreOptions& o, internal::PageLayout
                                    std::to_string(s->value_dim));
   }
   if (s->value_dim == 0) s->value_dim = s->head_dim;
-  ATTN_RETURN_IF_ERROR(CheckFormat(s->key_format, "key_format"));
-  ATTN_RETURN_IF_ERROR(CheckFormat(s->value_format, "value_format"));
-  *layout = internal::MakePageLayout(internal::PageFormatOf(s->key_format, s->cache_type),
-                                     internal::PageFormatOf(s->value_format, s->cache_type),
-                                     s->head_dim, s->value_dim, o.page_bytes);
+  ATTN_RETURN_IF_ERROR(CheckFormat(s->key_format, s->head_dim, "key_format", "head_dim"));
+  ATTN_RETURN_IF_ERROR(CheckFormat(s->value_format, s->value_dim, "value_format", "value_dim"));
+  *layout = internal::MakePageLayout(
+      internal::PageFormatOf(s->key_format, s->cache_type, true),
+      internal::PageFormatOf(s->value_format, s->cache_type, false), s->head_dim, s->value_dim,
+      o.page_bytes, internal::PageFormatOf(CacheFormat::kAsCacheType, s->cache_type, true));
   if (layout->tokens_per_page == 0) {
     return Status::InvalidArgument(
         "head_dim + value_dim: one token of one head takes " + std::to_string(layout->token_bytes) +
@@ -257,8 +262,11 @@ StatusOr<KvSessionInfo> KvCacheStore::Fork(const std::string& owner_name, const 
     for (size_t i = 0; i < parent.layers.size(); ++i) {
       child->layers[i].tokens = parent.layers[i].tokens;
       child->layers[i].pages = parent.layers[i].pages;
+      child->layers[i].stage = parent.layers[i].stage;
       impl_->pool.Retain(child->layers[i].pages.data(),
                          static_cast<int64_t>(child->layers[i].pages.size()));
+      impl_->pool.Retain(child->layers[i].stage.data(),
+                         static_cast<int64_t>(child->layers[i].stage.size()));
     }
     parent.last_used = SteadyClock::now();
   }
@@ -285,6 +293,23 @@ StatusOr<KvSessionInfo> KvCacheStore::Truncate(const std::string& owner, const s
                            "' is busy: an Extend is in flight on it; truncate after it ends");
   }
   const int64_t hkv = session->spec.num_kv_heads, tpp = session->tokens_per_page;
+  // Blocked keys: the staging pages every layer needs, taken at once (a
+  // full pool refuses the truncate whole), then the re-staging.
+  if (session->layout.block_tokens > 0) {
+    int64_t needed = 0;
+    for (const KvLayer& l : session->layers) needed += internal::RestagePages(*session, l, tokens);
+    std::vector<PageId> fresh;
+    if (needed > 0) {
+      ATTN_RETURN_IF_ERROR(impl_->pool.Allocate(needed, impl_->PoolOwnerOf(*session), &fresh));
+    }
+    size_t at = 0;
+    for (KvLayer& l : session->layers) {
+      if (tokens >= l.tokens) continue;
+      const bool takes = internal::RestagePages(*session, l, tokens) > 0;
+      internal::Restage(*session, l, tokens, takes ? fresh.data() + at : nullptr);
+      if (takes) at += static_cast<size_t>(hkv);
+    }
+  }
   for (KvLayer& l : session->layers) {
     if (tokens >= l.tokens) continue;
     const size_t keep = static_cast<size_t>((tokens + tpp - 1) / tpp * hkv);

@@ -222,6 +222,56 @@ StatusOr<AttentionCost> KvCacheStore::EstimateExtend(int64_t layer,
 
 namespace {
 
+// Hands a step its pages from `pages` at *next: copies of shared last
+// pages, then the new ones, then (blocked keys) fresh staging pages.
+void HandOut(StepPlan& p, const std::vector<PageId>& pages, size_t* at, internal::PagePool* pool) {
+  size_t& next = *at;
+  KvSession& s = *p.session;
+  const int64_t hkv = s.spec.num_kv_heads, tpp = s.tokens_per_page;
+  const int64_t pages_before = (p.before + tpp - 1) / tpp;
+  const int64_t pages_after = (p.after + tpp - 1) / tpp;
+  if (!p.cow_heads.empty()) {
+    const int64_t used = p.before % tpp;
+    for (int64_t g : p.cow_heads) {
+      PageId& slot = p.table[static_cast<size_t>((pages_before - 1) * hkv + g)];
+      const PageId copy = pages[next++];
+      p.fresh.push_back(copy);
+      // The valid prefix of each side: its codes, then its factors.
+      for (const internal::PageSide* side : {&s.layout.key, &s.layout.value}) {
+        std::memcpy(side->Row(pool->Data(copy), 0), side->Row(pool->Data(slot), 0),
+                    static_cast<size_t>(used * side->row_bytes));
+        if (side->codec->scaled) {
+          std::memcpy(side->Factors(pool->Data(copy)), side->Factors(pool->Data(slot)),
+                      static_cast<size_t>(used) * 4);
+        } else if (side->codec->blocked) {  // every block's meta (a full one's is read)
+          std::memcpy(side->Factors(pool->Data(copy)), side->Factors(pool->Data(slot)),
+                      static_cast<size_t>(tpp / s.layout.block_tokens * 2 * s.spec.head_dim) * 4);
+        }
+      }
+      p.replaced.push_back(slot);
+      slot = copy;
+    }
+  }
+  for (int64_t k = 0; k < (pages_after - pages_before) * hkv; ++k) {
+    p.fresh.push_back(pages[next]);
+    p.table.push_back(pages[next++]);
+  }
+  // Blocked keys written: the old staging pages go at the commit, and a
+  // block left being filled gets fresh ones (the old ones stay readable
+  // until then, for this call and for a rollback).
+  const int64_t g_tokens = s.layout.block_tokens;
+  if (g_tokens > 0 && p.nkv > 0) {
+    p.replaced.insert(p.replaced.end(), p.stage_before.begin(), p.stage_before.end());
+    p.stage.clear();
+    if (p.after % g_tokens != 0) {
+      for (int64_t g = 0; g < hkv; ++g) {
+        p.fresh.push_back(pages[next]);
+        p.stage.push_back(pages[next++]);
+      }
+    }
+  }
+}
+
 // Marks each step's layer busy and works out its pages: kept, copied
 // (a shared last page about to be written), fresh. On error, nothing is
 // marked (the caller's Rollback unmarks what was).
@@ -246,7 +296,7 @@ Status Reserve(int64_t layer, std::vector<StepPlan>& plans, KvCacheStore::Impl& 
     if (const auto& e = p.step->expected_tokens; e && *e != l.tokens) {
       // Exactly-once: a replay of a step already applied, or a refusal.
       const bool holds = *e >= 0 && l.tokens >= *e + p.nkv;
-      if (!holds || !internal::StoredEquals(p, l.pages, *e, *pool)) {
+      if (!holds || !internal::StoredEquals(p, l, *e, *pool)) {
         return Status::FailedPrecondition(
             At(i, s.spec.session_id) + ": layer " + std::to_string(layer) + " holds " +
             std::to_string(l.tokens) + " tokens, expected_tokens " + std::to_string(*e) +
@@ -264,6 +314,8 @@ Status Reserve(int64_t layer, std::vector<StepPlan>& plans, KvCacheStore::Impl& 
       p.busy = true;
       s.last_used = internal::SteadyClock::now();
       p.table = l.pages;
+      p.stage = l.stage;
+      p.held = l.tokens;
       continue;
     }
     if (p.after > s.spec.max_tokens) {
@@ -277,7 +329,12 @@ Status Reserve(int64_t layer, std::vector<StepPlan>& plans, KvCacheStore::Impl& 
     p.busy = true;
     s.last_used = internal::SteadyClock::now();
     p.table = l.pages;
+    p.stage_before = l.stage;
+    p.stage = l.stage;
+    p.held = p.after;
     const int64_t hkv = s.spec.num_kv_heads, tpp = s.tokens_per_page;
+    const int64_t g_tokens = s.layout.block_tokens;
+    if (g_tokens > 0 && p.nkv > 0 && p.after % g_tokens != 0) needed += hkv;  // fresh staging
     const int64_t pages_after = (p.after + tpp - 1) / tpp;
     const int64_t pages_before = (p.before + tpp - 1) / tpp;
     needed += (pages_after - pages_before) * hkv;
@@ -300,34 +357,7 @@ Status Reserve(int64_t layer, std::vector<StepPlan>& plans, KvCacheStore::Impl& 
   // Hand the pages out: copies of shared last pages, then the new ones.
   size_t next = 0;
   for (StepPlan& p : plans) {
-    if (p.replay) continue;  // reads what it holds: no page
-    KvSession& s = *p.session;
-    const int64_t hkv = s.spec.num_kv_heads, tpp = s.tokens_per_page;
-    const int64_t pages_before = (p.before + tpp - 1) / tpp;
-    const int64_t pages_after = (p.after + tpp - 1) / tpp;
-    if (!p.cow_heads.empty()) {
-      const int64_t used = p.before % tpp;
-      for (int64_t g : p.cow_heads) {
-        PageId& slot = p.table[static_cast<size_t>((pages_before - 1) * hkv + g)];
-        const PageId copy = pages[next++];
-        p.fresh.push_back(copy);
-        // The valid prefix of each side: its codes, then its factors.
-        for (const internal::PageSide* side : {&s.layout.key, &s.layout.value}) {
-          std::memcpy(side->Row(pool->Data(copy), 0), side->Row(pool->Data(slot), 0),
-                      static_cast<size_t>(used * side->row_bytes));
-          if (side->codec->scaled) {
-            std::memcpy(side->Factors(pool->Data(copy)), side->Factors(pool->Data(slot)),
-                        static_cast<size_t>(used) * 4);
-          }
-        }
-        p.replaced.push_back(slot);
-        slot = copy;
-      }
-    }
-    for (int64_t k = 0; k < (pages_after - pages_before) * hkv; ++k) {
-      p.fresh.push_back(pages[next]);
-      p.table.push_back(pages[next++]);
-    }
+    if (!p.replay) HandOut(p, pages, &next, pool);  // a replay reads what it holds
   }
   return Status::Ok();
 }
@@ -352,6 +382,7 @@ void Commit(int64_t layer, std::vector<StepPlan>& plans, internal::PagePool* poo
       KvLayer& l = p.session->layers[static_cast<size_t>(layer)];
       if (!p.replay) {  // a replay leaves the layer as it is
         l.pages.swap(p.table);
+        l.stage.swap(p.stage);
         l.tokens = p.after;
         p.session->RecountMetadataLocked();
       }

@@ -23,6 +23,10 @@ using SteadyClock = std::chrono::steady_clock;
 struct KvLayer {
   int64_t tokens = 0;
   std::vector<PageId> pages;
+  // Blocked (int4) keys: a staging page per kv head holding the block
+  // being filled in the cache's type, tokens [tokens - tokens % G, tokens);
+  // empty when no block is being filled.
+  std::vector<PageId> stage;
   bool busy = false;  // an Extend is writing it (guarded by KvSession::mu)
 };
 
@@ -50,6 +54,15 @@ struct KvSession {
   void RecountMetadataLocked();
   int64_t metadata_counted = 0;  // its share of the pool's metadata count
 };
+
+// Blocked keys (kv_stage.cc), for a truncate to `tokens`: the staging pages
+// a layer needs (num_kv_heads when the cut falls inside a complete block,
+// whose kept tokens are staged again; else 0), and the re-staging: the kept
+// tokens widened from their codes into `fresh` (the cache's type), the
+// layer's old staging pages released (all of them when the cut is on a
+// block's edge; none when it falls in the staged block).
+int64_t RestagePages(const KvSession& s, const KvLayer& l, int64_t tokens);
+void Restage(KvSession& s, KvLayer& l, int64_t tokens, const PageId* fresh);
 
 // A session's family, by which balancers route it: the id before its first
 // ':' (all of it without one). A fork stays in its parent's family.

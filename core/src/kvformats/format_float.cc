@@ -50,8 +50,8 @@ float EncodeF32(const float* src, int64_t dim, uint8_t* row) {
   std::memcpy(row, src, static_cast<size_t>(dim) * 4);
   return 1.0f;
 }
-void WidenF32(const uint8_t* codes, int64_t n, float* dst) {
-  std::memcpy(dst, codes, static_cast<size_t>(n) * 4);
+void WidenF32(const uint8_t* codes, int64_t c, int64_t dim, float* dst) {
+  std::memcpy(dst, codes, static_cast<size_t>(c * dim) * 4);
 }
 
 template <HalfType H>
@@ -59,18 +59,20 @@ float EncodeHalf(const float* src, int64_t dim, uint8_t* row) {
   FloatToHalf(H, src, reinterpret_cast<uint16_t*>(row), dim);
   return 1.0f;
 }
-void WidenBf16(const uint8_t* codes, int64_t n, float* dst) {
-  GetHalfKernels().bf16_to_f32(reinterpret_cast<const uint16_t*>(codes), dst, n);
+void WidenBf16(const uint8_t* codes, int64_t c, int64_t dim, float* dst) {
+  GetHalfKernels().bf16_to_f32(reinterpret_cast<const uint16_t*>(codes), dst, c * dim);
 }
-void WidenF16(const uint8_t* codes, int64_t n, float* dst) {
-  GetHalfKernels().f16_to_f32(reinterpret_cast<const uint16_t*>(codes), dst, n);
+void WidenF16(const uint8_t* codes, int64_t c, int64_t dim, float* dst) {
+  GetHalfKernels().f16_to_f32(reinterpret_cast<const uint16_t*>(codes), dst, c * dim);
 }
+int64_t Bytes4(int64_t dim) { return dim * 4; }
+int64_t Bytes2(int64_t dim) { return dim * 2; }
 
 }  // namespace
 
 const PageCodec& Float32Codec() {
   static const PageCodec c{"float32",
-                           4,
+                           Bytes4,
                            false,
                            EncodeF32,
                            WidenF32,
@@ -81,7 +83,7 @@ const PageCodec& Float32Codec() {
 
 const PageCodec& BFloat16Codec() {
   static const PageCodec c{"bfloat16",
-                           2,
+                           Bytes2,
                            false,
                            EncodeHalf<HalfType::kBFloat16>,
                            WidenBf16,
@@ -92,7 +94,7 @@ const PageCodec& BFloat16Codec() {
 
 const PageCodec& Float16Codec() {
   static const PageCodec c{"float16",
-                           2,
+                           Bytes2,
                            false,
                            EncodeHalf<HalfType::kFloat16>,
                            WidenF16,

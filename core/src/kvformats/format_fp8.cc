@@ -88,16 +88,19 @@ const float* Fp8Table() {
   return t;
 }
 
-void WidenFp8(const uint8_t* codes, int64_t n, float* dst) {
+void WidenFp8(const uint8_t* codes, int64_t c, int64_t dim, float* dst) {
+  const int64_t n = c * dim;
   const float* t = Fp8Table();
   for (int64_t i = 0; i < n; ++i) dst[i] = t[codes[i]];
 }
+
+int64_t Bytes1(int64_t dim) { return dim; }
 
 }  // namespace
 
 const PageCodec& Fp8E4M3Codec() {
   static const PageCodec c{"fp8_e4m3",
-                           1,
+                           Bytes1,
                            true,
                            EncodeFp8,
                            WidenFp8,

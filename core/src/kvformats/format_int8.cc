@@ -34,15 +34,18 @@ float EncodeInt8(const float* src, int64_t dim, uint8_t* row) {
   return factor;
 }
 
-void WidenInt8(const uint8_t* codes, int64_t n, float* dst) {
+void WidenInt8(const uint8_t* codes, int64_t c, int64_t dim, float* dst) {
+  const int64_t n = c * dim;
   const auto* q = reinterpret_cast<const int8_t*>(codes);
   for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(q[i]);
 }
 
+int64_t Bytes1(int64_t dim) { return dim; }
+
 }  // namespace
 
 const PageCodec& Int8Codec() {
-  static const PageCodec c{"int8", 1, true, EncodeInt8, WidenInt8, QkInt8Codes, PvInt8Codes};
+  static const PageCodec c{"int8", Bytes1, true, EncodeInt8, WidenInt8, QkInt8Codes, PvInt8Codes};
   return c;
 }
 

@@ -13,5 +13,13 @@ const PageCodec& Float16Codec();
 const PageCodec& Int8Codec();
 // format_fp8.cc: float8 e4m3 codes, a factor per (token, kv head).
 const PageCodec& Fp8E4M3Codec();
+// format_int4.cc: 4-bit codes; values per token in groups, keys per channel
+// over a block of tokens.
+const PageCodec& Int4ValuesCodec();
+const PageCodec& Int4KeysCodec();
+// An int4 key code: x against a channel's (min, scale); and the code of
+// channel x in a row.
+uint8_t Int4Code(double x, float lo, float scale);
+uint8_t Int4Nibble(const uint8_t* row, int64_t x);
 
 }  // namespace attn::internal

@@ -38,33 +38,30 @@ const char* CacheFormatName(CacheFormat format, CacheType type) {
 }
 
 void StoredValues(CacheFormat format, CacheType type, const float* x, int64_t n, float* out) {
-  if (format == CacheFormat::kInt4) {
-    std::copy(x, x + n, out);
-    return;
-  }
-  const internal::PageCodec& c = internal::CodecOf(internal::PageFormatOf(format, type));
-  std::vector<uint8_t> codes(static_cast<size_t>(n * c.elem_bytes));
+  const internal::PageCodec& c = internal::CodecOf(internal::PageFormatOf(format, type, false));
+  std::vector<uint8_t> codes(static_cast<size_t>(c.row_bytes(n)));
   const float factor = c.encode(x, n, codes.data());
-  c.widen(codes.data(), n, out);
+  c.widen(codes.data(), 1, n, out);
   if (!c.scaled) return;
   for (int64_t i = 0; i < n; ++i) out[i] *= factor;
 }
 
 int64_t StoredBytes(CacheFormat format, CacheType type, int64_t dim) {
-  const internal::PageCodec& c = internal::CodecOf(internal::PageFormatOf(format, type));
-  return dim * c.elem_bytes + (c.scaled ? 4 : 0);
+  const internal::PageCodec& c = internal::CodecOf(internal::PageFormatOf(format, type, false));
+  return c.row_bytes(dim) + (c.scaled ? 4 : 0);
 }
 
 namespace internal {
 
-PageFormat PageFormatOf(CacheFormat format, CacheType type) {
+PageFormat PageFormatOf(CacheFormat format, CacheType type, bool keys) {
   switch (format) {
     case CacheFormat::kInt8:
       return PageFormat::kInt8;
     case CacheFormat::kFp8E4M3:
       return PageFormat::kFp8E4M3;
+    case CacheFormat::kInt4:
+      return keys ? PageFormat::kInt4Keys : PageFormat::kInt4Values;
     case CacheFormat::kAsCacheType:
-    case CacheFormat::kInt4:  // refused at create
       break;
   }
   return type == CacheType::kFloat32    ? PageFormat::kFloat32
@@ -84,6 +81,10 @@ const PageCodec& CodecOf(PageFormat format) {
       return Int8Codec();
     case PageFormat::kFp8E4M3:
       return Fp8E4M3Codec();
+    case PageFormat::kInt4Values:
+      return Int4ValuesCodec();
+    case PageFormat::kInt4Keys:
+      return Int4KeysCodec();
   }
   return Float32Codec();
 }
@@ -104,39 +105,85 @@ constexpr int64_t kAlign = 64;
 
 int64_t RoundUp(int64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
-// Lays out T tokens of a side from `at`; returns where the next region may start.
-int64_t PlaceSide(const PageCodec& codec, int64_t dim, int64_t T, int64_t at, PageSide* side) {
+// Lays out T tokens of a side from `at` (a blocked side: its meta for
+// T / g blocks after the codes); returns where the next region may start.
+int64_t PlaceSide(const PageCodec& codec, int64_t dim, int64_t T, int64_t g, int64_t at,
+                  PageSide* side) {
   side->codec = &codec;
   side->offset = at;
-  side->row_bytes = dim * codec.elem_bytes;
+  side->row_bytes = codec.row_bytes(dim);
   int64_t end = at + T * side->row_bytes;
-  if (codec.scaled) {
+  if (codec.scaled || codec.blocked) {
     side->factors = RoundUp(end);
-    end = side->factors + T * 4;
+    end = side->factors + (codec.blocked ? T / g * 2 * dim * 4 : T * 4);
   }
   return RoundUp(end);
+}
+
+// The layout for T tokens in blocks of g (g = T: not blocked), or false
+// when it passes the page.
+bool Place(const PageCodec& kc, const PageCodec& vc, int64_t d, int64_t dv, int64_t T, int64_t g,
+           int64_t page_bytes, PageLayout* l) {
+  const int64_t mid = PlaceSide(kc, d, T, g, 0, &l->key);
+  if (PlaceSide(vc, dv, T, g, mid, &l->value) > page_bytes) return false;
+  l->tokens_per_page = T;
+  l->block_tokens = kc.blocked ? g : 0;
+  return true;
 }
 
 }  // namespace
 
 PageLayout MakePageLayout(PageFormat key, PageFormat value, int64_t d, int64_t dv,
-                          int64_t page_bytes) {
+                          int64_t page_bytes, PageFormat stage) {
   const PageCodec& kc = CodecOf(key);
   const PageCodec& vc = CodecOf(value);
   PageLayout l;
-  l.token_bytes =
-      d * kc.elem_bytes + dv * vc.elem_bytes + (kc.scaled ? 4 : 0) + (vc.scaled ? 4 : 0);
-  // The most tokens whose aligned regions fit (alignment costs at most a
-  // few cache lines, so a handful of steps down from the unaligned count).
-  for (int64_t T = page_bytes / l.token_bytes; T >= 1; --T) {
-    PageLayout t = l;
-    const int64_t mid = PlaceSide(kc, d, T, 0, &t.key);
-    if (PlaceSide(vc, dv, T, mid, &t.value) <= page_bytes) {
-      t.tokens_per_page = T;
-      return t;
+  l.token_bytes = kc.row_bytes(d) + vc.row_bytes(dv) + (kc.scaled ? 4 : 0) + (vc.scaled ? 4 : 0);
+  if (!kc.blocked) {
+    // The most tokens whose aligned regions fit (alignment costs at most a
+    // few cache lines, so a handful of steps down from the unaligned count).
+    for (int64_t T = page_bytes / l.token_bytes; T >= 1; --T) {
+      if (Place(kc, vc, d, dv, T, T, page_bytes, &l)) return l;
+    }
+    return l;
+  }
+  // Blocked keys: B blocks of g tokens a page (each block's meta takes room),
+  // g at most what one staging page holds in the cache's type; the most
+  // tokens a page over B, the fewest blocks among equals.
+  const PageCodec& sc = CodecOf(stage);
+  l.stage.codec = &sc;
+  l.stage.row_bytes = sc.row_bytes(d);
+  const int64_t most_staged = page_bytes / l.stage.row_bytes;
+  PageLayout best = l;
+  for (int64_t blocks = 1; blocks <= 64; ++blocks) {
+    int64_t T = std::min(page_bytes / l.token_bytes, most_staged * blocks) / blocks * blocks;
+    for (; T > best.tokens_per_page && T >= blocks; T -= blocks) {
+      PageLayout t = l;
+      if (Place(kc, vc, d, dv, T, T / blocks, page_bytes, &t)) {
+        best = t;
+        break;
+      }
     }
   }
-  return l;
+  return best;
+}
+
+void WidenBlockedKeys(const PageLayout& l, const uint8_t* page, const uint8_t* stage, int64_t j0,
+                      int64_t a, int64_t c, int64_t fill_start, int64_t d, float* dst) {
+  const int64_t g = l.block_tokens;
+  for (int64_t pos = a; pos < a + c;) {
+    if (pos >= fill_start) {  // the block being filled: staged in the cache's type
+      const int64_t n = a + c - pos;
+      l.stage.codec->widen(stage + (pos - fill_start) * l.stage.row_bytes, n, d,
+                           dst + (pos - a) * d);
+      return;
+    }
+    const int64_t slot = pos - j0, block = slot / g;
+    const int64_t n = std::min({a + c - pos, (block + 1) * g - slot, fill_start - pos});
+    l.key.codec->widen_block(l.key.Row(page, slot), l.BlockMeta(page, block, d), n, d,
+                             dst + (pos - a) * d);
+    pos += n;
+  }
 }
 
 void EncodeToken(const PageSide& side, const float* src, int64_t stride, int64_t dim, float* tmp,
@@ -151,7 +198,7 @@ void EncodeToken(const PageSide& side, const float* src, int64_t stride, int64_t
 
 void DecodeTokens(const PageSide& side, const uint8_t* page, int64_t j, int64_t c, int64_t dim,
                   float* dst) {
-  side.codec->widen(side.Row(page, j), c * dim, dst);
+  side.codec->widen(side.Row(page, j), c, dim, dst);
   if (!side.codec->scaled) return;
   const float* f = side.Factors(page) + j;
   for (int64_t i = 0; i < c; ++i) {

@@ -21,9 +21,12 @@ enum class CacheType;
 namespace attn::internal {
 
 // The stored formats. The floating ones keep a value as it is given,
-// rounded to the type; the quantized ones (Int8, Fp8E4M3) keep codes and a
-// factor per (token, kv head).
-enum class PageFormat { kFloat32, kBFloat16, kFloat16, kInt8, kFp8E4M3 };
+// rounded to the type; Int8 and Fp8E4M3 keep codes and a factor per (token,
+// kv head); Int4Values keeps 4-bit codes with a scale and a minimum per
+// group of channels of each token (in the row); Int4Keys keeps 4-bit codes
+// with a scale and a minimum per channel of each block of tokens (blocked:
+// the block being filled is kept in the cache's type on a staging page).
+enum class PageFormat { kFloat32, kBFloat16, kFloat16, kInt8, kFp8E4M3, kInt4Values, kInt4Keys };
 
 // s[r * lds + j] = q_r . codes_j widened, for r < rows, j < c.
 using QkCodesFn = void (*)(const float* q, int64_t rows, const uint8_t* k, int64_t c, int64_t d,
@@ -34,24 +37,34 @@ using PvCodesFn = void (*)(const float* p, int64_t rows, int64_t ldp, const uint
 
 struct PageCodec {
   const char* name;
-  int elem_bytes;  // bytes of one code
-  bool scaled;     // a float32 factor per token after the region's rows
+  int64_t (*row_bytes)(int64_t dim);  // one token's row of `dim` values
+  bool scaled;                        // a float32 factor per token after the region's rows
   // Writes one token's `dim` values as codes into `row` and returns its
   // factor (1 for an unscaled format). Values are finite for a scaled
   // format (the caller checks).
   float (*encode)(const float* src, int64_t dim, uint8_t* row);
-  // Widens n codes (without the factor) into dst.
-  void (*widen)(const uint8_t* codes, int64_t n, float* dst);
+  // Widens c rows of `dim` (without the factor) into dst [c, dim].
+  void (*widen)(const uint8_t* rows, int64_t c, int64_t dim, float* dst);
   // The in-register loops, for dims that are multiples of 8 on the AVX2
   // tier and above (InRegister); `next` (or null) the same place in the
   // page read next, prefetched a token at a time.
   QkCodesFn qk;
   PvCodesFn pv;
+  // A blocked format (Int4Keys): rows are written a block at a time, and
+  // encode and widen are null. quantize_block writes the codes of g staged
+  // tokens (floats [g, dim]) into `rows` and their meta (2 * dim floats);
+  // widen_block widens c rows of a block with its meta into dst [c, dim].
+  bool blocked = false;
+  void (*quantize_block)(const float* staged, int64_t g, int64_t dim, uint8_t* rows,
+                         float* meta) = nullptr;
+  void (*widen_block)(const uint8_t* rows, const float* meta, int64_t c, int64_t dim,
+                      float* dst) = nullptr;
 };
 
 const PageCodec& CodecOf(PageFormat format);
-// The page format of a side stored as `format` in a cache of `type`.
-PageFormat PageFormatOf(CacheFormat format, CacheType type);
+// The page format of a side (keys or values) stored as `format` in a cache
+// of `type`.
+PageFormat PageFormatOf(CacheFormat format, CacheType type, bool keys);
 // The AVX2 tier or above: the codecs' qk and pv may run for dims that are
 // multiples of 8.
 bool InRegisterTier();
@@ -61,7 +74,7 @@ struct PageSide {
   const PageCodec* codec = nullptr;
   int64_t offset = 0;     // of the region in the page
   int64_t row_bytes = 0;  // one token's codes
-  int64_t factors = 0;    // offset of the factors in the page (scaled formats)
+  int64_t factors = 0;    // offset of the factors (scaled) or block meta (blocked)
   uint8_t* Row(uint8_t* page, int64_t j) const { return page + offset + j * row_bytes; }
   const uint8_t* Row(const uint8_t* page, int64_t j) const { return page + offset + j * row_bytes; }
   float* Factors(uint8_t* page) const { return reinterpret_cast<float*>(page + factors); }
@@ -74,12 +87,29 @@ struct PageLayout {
   int64_t tokens_per_page = 0;  // 0: one token does not fit a page
   PageSide key, value;
   int64_t token_bytes = 0;  // one token of one kv head, keys and values, factors included
+  // Blocked keys: tokens a block (tokens_per_page is a multiple), and the
+  // staging page's rows (the block being filled, in the cache's type).
+  int64_t block_tokens = 0;
+  PageSide stage;
+  const float* BlockMeta(const uint8_t* page, int64_t block, int64_t d) const {
+    return reinterpret_cast<const float*>(page + key.factors) + block * 2 * d;
+  }
+  float* BlockMeta(uint8_t* page, int64_t block, int64_t d) const {
+    return reinterpret_cast<float*>(page + key.factors) + block * 2 * d;
+  }
 };
 
 // The layout of `page_bytes` pages for D = d keys and Dv = dv values; each
-// region starts on a 64-byte boundary.
+// region starts on a 64-byte boundary. `stage` is the cache type's format
+// (for blocked keys' staging page).
 PageLayout MakePageLayout(PageFormat key, PageFormat value, int64_t d, int64_t dv,
-                          int64_t page_bytes);
+                          int64_t page_bytes, PageFormat stage = PageFormat::kFloat32);
+
+// Keys [a, a + c) of the page holding tokens [j0, j0 + T) of a layer with
+// blocked keys, widened into dst [c, d]: from the page's blocks, or for
+// tokens at or past `fill_start` (the block being filled) from `stage`.
+void WidenBlockedKeys(const PageLayout& l, const uint8_t* page, const uint8_t* stage, int64_t j0,
+                      int64_t a, int64_t c, int64_t fill_start, int64_t d, float* dst);
 
 // Writes a token's keys or values at slot j of the page (codes and factor).
 void EncodeToken(const PageSide& side, const float* src, int64_t stride, int64_t dim, float* tmp,

@@ -27,10 +27,12 @@ using attn::TensorView;
 using attn_test::ReplaySession;
 using attn_test::ReplayType;
 
-attn_test::ReplayQuantizer QuantizerOf(CacheFormat f) {
-  return f == CacheFormat::kInt8      ? attn_test::ModelInt8
-         : f == CacheFormat::kFp8E4M3 ? attn_test::ModelFp8
-                                      : nullptr;
+// A side's per-token model (int4 keys are blocked: ReplaySession::key_block).
+attn_test::ReplayQuantizer QuantizerOf(CacheFormat f, bool keys) {
+  return f == CacheFormat::kInt8            ? attn_test::ModelInt8
+         : f == CacheFormat::kFp8E4M3       ? attn_test::ModelFp8
+         : f == CacheFormat::kInt4 && !keys ? attn_test::ModelInt4Values
+                                            : nullptr;
 }
 
 struct Formats {
@@ -75,8 +77,9 @@ Session Open(KvCacheStore& store, const std::string& id, const Formats& f, int64
                                                          : ReplayType::kFloat16;
   Session s{id, hq, ReplaySession(1, hkv, d, dv, rt),
             ReplaySession(1, hkv, d, dv, ReplayType::kFloat32)};
-  s.replay.key_q = QuantizerOf(f.key);
-  s.replay.value_q = QuantizerOf(f.value);
+  s.replay.key_q = QuantizerOf(f.key, true);
+  s.replay.value_q = QuantizerOf(f.value, false);
+  if (info.ok()) s.replay.key_block = info->key_block_tokens;
   return s;
 }
 
@@ -140,7 +143,10 @@ class Quantized : public ::testing::TestWithParam<Formats> {};
 // cache type's rounding.
 double Bound(const Formats& f) {
   auto side = [&](CacheFormat c) {
-    return c == CacheFormat::kInt8 ? 0.02 : c == CacheFormat::kFp8E4M3 ? 0.08 : 0.01;
+    return c == CacheFormat::kInt8      ? 0.02
+           : c == CacheFormat::kFp8E4M3 ? 0.08
+           : c == CacheFormat::kInt4    ? 0.25
+                                        : 0.01;
   };
   return std::max(side(f.key), side(f.value));
 }
@@ -217,7 +223,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Formats{CacheFormat::kInt8, CacheFormat::kAsCacheType, CacheType::kFloat32},
                       Formats{CacheFormat::kAsCacheType, CacheFormat::kFp8E4M3,
                               CacheType::kFloat16},
-                      Formats{CacheFormat::kFp8E4M3, CacheFormat::kInt8, CacheType::kFloat32}),
+                      Formats{CacheFormat::kFp8E4M3, CacheFormat::kInt8, CacheType::kFloat32},
+                      Formats{CacheFormat::kInt4, CacheFormat::kInt4, CacheType::kBFloat16},
+                      Formats{CacheFormat::kInt4, CacheFormat::kAsCacheType, CacheType::kFloat32},
+                      Formats{CacheFormat::kInt8, CacheFormat::kInt4, CacheType::kFloat16}),
     [](const auto& info) { return Name(info.param); });
 
 TEST(QuantizedSessions, NonFiniteValuesAreRefusedAndChangeNothing) {
@@ -239,14 +248,41 @@ TEST(QuantizedSessions, NonFiniteValuesAreRefusedAndChangeNothing) {
   EXPECT_EQ(store.Get("", "f")->layer_tokens, std::vector<int64_t>{3});
 }
 
-TEST(QuantizedSessions, Int4IsRefusedByName) {
+// int4 keys' blocks: a truncate into a full block stages its kept tokens
+// again (from their codes, in the cache's type), one on a block's edge
+// keeps nothing staged, one into the staged block keeps it; each time the
+// answers follow the float64 replay of exactly that, and the block fills
+// and is quantized again.
+TEST(QuantizedSessions, Int4KeysTruncatedIntoAFullBlockStageItsTokensAgain) {
+  KvCacheStore store(Pool());
+  std::mt19937 rng(9);
+  Session s = Open(store, "t4", {CacheFormat::kInt4, CacheFormat::kInt4, CacheType::kBFloat16});
+  const int64_t G = store.Get("", "t4")->key_block_tokens;
+  ASSERT_GT(G, 8);
+  ExtendAndCheck(store, s, MakeStep(s, 0, 2 * G + G / 2, rng));  // two full blocks, one staged
+  const auto bytes_before = store.Get("", "t4")->cache_bytes;
+  for (int64_t cut : {2 * G + 3, G + 5, 2 * G, G - 1}) {
+    SCOPED_TRACE("truncate to " + std::to_string(cut));
+    ASSERT_TRUE(store.Truncate("", "t4", cut).ok());
+    s.replay.Truncate(cut);
+    s.exact.Truncate(cut);
+    ExtendAndCheck(store, s, MakeStep(s, 1, 0, rng));  // reads the re-staged tokens
+    for (int i = 0; i < 3; ++i) ExtendAndCheck(store, s, MakeStep(s, 1, 1, rng));
+    ExtendAndCheck(store, s, MakeStep(s, 2, G, rng));  // fills the block, quantized again
+  }
+  EXPECT_GT(bytes_before, 0);
+  EXPECT_EQ(store.Get("", "t4")->layer_tokens[0], G - 1 + 3 + G);
+}
+
+TEST(QuantizedSessions, Int4NeedsEvenWidths) {
   KvCacheStore store(Pool());
   KvSessionSpec spec;
   spec.head_dim = 16;
+  spec.value_dim = 15;
   spec.value_format = CacheFormat::kInt4;
-  const attn::Status st = store.Create(spec).status();
-  attn_test::ExpectStatus(st, StatusCode::kInvalidArgument, "value_format: ");
-  attn_test::ExpectStatus(st, StatusCode::kInvalidArgument, "got int4");
+  attn_test::ExpectStatus(store.Create(spec).status(), StatusCode::kInvalidArgument,
+                          "value_format: int4 needs an even value_dim (two channels a byte), "
+                          "got 15");
   EXPECT_EQ(store.ListAll().size(), 0u);
 }
 

@@ -69,7 +69,7 @@ void ExpectCodesAsModelled(PageFormat f, Quantized (*model)(const std::vector<fl
       ASSERT_EQ(factor, want.factor);
       ASSERT_EQ(codes, want.codes);
       std::vector<float> widened(static_cast<size_t>(dim));
-      c.widen(codes.data(), dim, widened.data());
+      c.widen(codes.data(), 1, dim, widened.data());
       for (int64_t i = 0; i < dim; ++i) ASSERT_EQ(double(widened[i]), want.raw[i]) << i;
     }
   }
@@ -100,8 +100,58 @@ TEST(PageCodecs, Fp8CodesAreTheNearestE4m3Exactly) {
     if ((b & 0x7F) == 0x7F) continue;  // e4m3's NaN: never written
     const uint8_t code = static_cast<uint8_t>(b);
     float w;
-    c.widen(&code, 1, &w);
+    c.widen(&code, 1, 1, &w);
     ASSERT_EQ(double(w), E4m3Value(b) / 256.0) << b;
+  }
+}
+
+// int4 values: per token, groups of 64 channels, each with its scale and
+// minimum in the row; keys: per channel over a block. Both against
+// kv_quant_model.h's int4 group model exactly (codes, scales, minimums and
+// the widened values).
+TEST(PageCodecs, Int4ValuesAndKeyBlocksAreTheQuantizersExactly) {
+  const PageCodec& v4 = CodecOf(PageFormat::kInt4Values);
+  const PageCodec& k4 = CodecOf(PageFormat::kInt4Keys);
+  ASSERT_TRUE(k4.blocked);
+  std::mt19937 rng(13);
+  for (int64_t dim : {8, 64, 100, 128}) {
+    for (const std::vector<float>& x : QuantizerInputs(rng, dim)) {
+      std::vector<uint8_t> row(static_cast<size_t>(v4.row_bytes(dim)));
+      v4.encode(x.data(), dim, row.data());
+      std::vector<float> widened(static_cast<size_t>(dim));
+      v4.widen(row.data(), 1, dim, widened.data());
+      const Quantized want = attn_test::ModelInt4Values(x);
+      for (int64_t c = 0; c < dim; ++c) {
+        const uint8_t code = (row[c / 2] >> (c % 2 ? 4 : 0)) & 0xF;
+        ASSERT_EQ(code, want.codes[c]) << dim << " " << c;
+        ASSERT_EQ(widened[c], static_cast<float>(want.value[c])) << dim << " " << c;
+      }
+    }
+    // A block of 37 tokens: each channel over the block.
+    const int64_t g = 37;
+    std::vector<float> block;
+    for (const std::vector<float>& x : QuantizerInputs(rng, dim)) {
+      block.insert(block.end(), x.begin(), x.end());
+      if (static_cast<int64_t>(block.size()) == g * dim) break;
+    }
+    block[5 * dim + 1] = 40.0f;  // an outlier channel on one token
+    std::vector<uint8_t> rows(static_cast<size_t>(g * k4.row_bytes(dim)));
+    std::vector<float> meta(static_cast<size_t>(2 * dim)), back(static_cast<size_t>(g * dim));
+    k4.quantize_block(block.data(), g, dim, rows.data(), meta.data());
+    k4.widen_block(rows.data(), meta.data(), g, dim, back.data());
+    std::vector<uint8_t> codes(static_cast<size_t>(g));
+    std::vector<float> held(static_cast<size_t>(g));
+    for (int64_t c = 0; c < dim; ++c) {
+      float scale, lo;
+      attn_test::ModelInt4Group(block.data() + c, g, dim, &scale, &lo, codes.data(), held.data());
+      ASSERT_EQ(meta[c], scale);
+      ASSERT_EQ(meta[dim + c], lo);
+      for (int64_t j = 0; j < g; ++j) {
+        const uint8_t* r = rows.data() + j * k4.row_bytes(dim);
+        ASSERT_EQ((r[c / 2] >> (c % 2 ? 4 : 0)) & 0xF, codes[j]) << c << "," << j;
+        ASSERT_EQ(back[j * dim + c], held[j]) << c << "," << j;
+      }
+    }
   }
 }
 
@@ -269,6 +319,16 @@ TEST(PageLayout, RegionsApartInsideThePageAndAsManyTokensAsFit) {
       attn::internal::MakePageLayout(PageFormat::kInt8, PageFormat::kInt8, 128, 128, 32 << 10);
   EXPECT_EQ(i8.token_bytes, 264);
   EXPECT_EQ(i8.tokens_per_page, 124);  // 32768 / 264, each region aligned
+  // int4 keys and values of D = 128, a bf16 staging page: 64 + 80 bytes a
+  // token (values' scales and minimums per 64 channels), two blocks of 106
+  // (each block's 1 KiB of meta; a block being filled fits one page):
+  // 0.30 of bf16's bytes a token.
+  const auto i4 = attn::internal::MakePageLayout(PageFormat::kInt4Keys, PageFormat::kInt4Values,
+                                                 128, 128, 32 << 10, PageFormat::kBFloat16);
+  EXPECT_EQ(i4.tokens_per_page, 212);
+  EXPECT_EQ(i4.block_tokens, 106);
+  EXPECT_LE(64.0 / i4.tokens_per_page, 0.31);
+  EXPECT_LE(i4.block_tokens * 256, 32 << 10);
 }
 
 }  // namespace
