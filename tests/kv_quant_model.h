@@ -51,7 +51,7 @@ inline Quantized ModelInt8(const std::vector<float>& x) {
 
 // int4, asymmetric: over xs, lo and hi, scale = (hi - lo) / 15 rounded to
 // float32, code = round-half-even((x - lo) / scale) in [0, 15] (scale 0:
-// code 0), value = lo + code * scale in float32.
+// code 0), value = lo + code * scale in float32, rounded once (fmaf).
 inline void ModelInt4Group(const float* x, int64_t n, int64_t stride, float* scale_out,
                            float* lo_out, uint8_t* codes, float* values) {
   float lo = x[0], hi = x[0];
@@ -66,7 +66,7 @@ inline void ModelInt4Group(const float* x, int64_t n, int64_t stride, float* sca
             ? 0
             : std::min(15.0, std::max(0.0, RoundHalfEven((x[i * stride] - double(lo)) / scale)));
     codes[i] = static_cast<uint8_t>(c);
-    values[i] = lo + static_cast<float>(c) * scale;
+    values[i] = std::fmaf(static_cast<float>(c), scale, lo);  // rounded once
   }
 }
 

@@ -1,6 +1,6 @@
 // attention-core-bench's KV-cache rows: the decode kernel over a resident
 // cache (format 0: bf16, 1: int8 keys and values, 2: fp8 e4m3 keys and
-// values) against BM_MemoryRead (a plain read of 1 GiB with the compute
+// values, 3: int4) against BM_MemoryRead (a plain read of 1 GiB with the compute
 // threads, the in-run bandwidth reference), and a prefill chunk into a
 // session (bf16 or int8) against the stateless SDPA of the same shape.
 #include <benchmark/benchmark.h>
@@ -61,7 +61,8 @@ void BM_MemoryRead(benchmark::State& state) {
 
 constexpr int64_t kHq = 32, kHkv = 8, kD = 128;
 
-// A bf16 session, its keys and values in `format` (0: bf16, 1: int8, 2: fp8).
+// A bf16 session, its keys and values in `format` (0: bf16, 1: int8, 2: fp8,
+// 3: int4).
 attn::KvSessionSpec Spec(const std::string& id, int64_t format = 0) {
   attn::KvSessionSpec s;
   s.session_id = id;
@@ -69,13 +70,13 @@ attn::KvSessionSpec Spec(const std::string& id, int64_t format = 0) {
   s.head_dim = kD;
   s.cache_type = attn::CacheType::kBFloat16;
   const attn::CacheFormat f[] = {attn::CacheFormat::kAsCacheType, attn::CacheFormat::kInt8,
-                                 attn::CacheFormat::kFp8E4M3};
+                                 attn::CacheFormat::kFp8E4M3, attn::CacheFormat::kInt4};
   s.key_format = s.value_format = f[format];
   return s;
 }
 
 const char* FormatLabel(int64_t format) {
-  return format == 0 ? "bf16" : format == 1 ? "int8" : "fp8_e4m3";
+  return format == 0 ? "bf16" : format == 1 ? "int8" : format == 2 ? "fp8_e4m3" : "int4";
 }
 
 // Fills a session's layer 0 to `tokens` in chunks of keys and values only.
@@ -183,8 +184,8 @@ void BM_KvPrefill(benchmark::State& state) {
 
 BENCHMARK(BM_MemoryRead)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_KvDecode)
-    ->ArgsProduct({{1}, {4096, 32768}, {0, 1, 2}})
-    ->ArgsProduct({{32}, {4096}, {0, 1, 2}})
+    ->ArgsProduct({{1}, {4096, 32768}, {0, 1, 2, 3}})
+    ->ArgsProduct({{32}, {4096}, {0, 1, 2, 3}})
     ->Args({1, 512, 0})
     ->Args({1, 2048, 0})
     ->ArgNames({"sessions", "L", "format"})

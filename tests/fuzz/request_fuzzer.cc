@@ -211,7 +211,8 @@ std::vector<std::vector<int64_t>> SessionState(attn::KvCacheStore& store, const 
 
 // A fresh store where each owner has "a" (2 layers, 2 kv heads, D 8,
 // float32, 20 tokens in layer 0), "b" (1 layer, 1 head, D 4, Dv 6,
-// bfloat16, 5 tokens), "q" (int8 keys, fp8 values, 9 tokens) and "a:c", a
+// bfloat16, 5 tokens), "q" (int8 keys, fp8 values, 9 tokens), "q4" (int4,
+// 13 tokens) and "a:c", a
 // fork of "a"; bob's hold other values, and bob also has "bob-only".
 std::unique_ptr<attn::KvCacheStore> SessionStore() {
   attn::KvStoreOptions o;
@@ -245,6 +246,8 @@ std::unique_ptr<attn::KvCacheStore> SessionStore() {
     // Quantized: int8 keys, fp8 values.
     make(owner, "q", 1, 1, 8, 8, attn::CacheType::kBFloat16, 9, fill, attn::CacheFormat::kInt8,
          attn::CacheFormat::kFp8E4M3);
+    make(owner, "q4", 1, 1, 8, 8, attn::CacheType::kFloat16, 13, fill, attn::CacheFormat::kInt4,
+         attn::CacheFormat::kInt4);
     if (!store->Fork(owner, "a", "a:c").ok()) Die("session setup", attn::Status::Internal("fork"));
   }
   make(kOwners[1], "bob-only", 1, 1, 4, 4, attn::CacheType::kFloat32, 3, 1.0f);

@@ -69,7 +69,7 @@ bool SameBlockedKey(const KvSession& s, const KvLayer& layer, const PagePool& po
   const float* meta = l.BlockMeta(page, slot / G, d);
   const uint8_t* stored = l.key.Row(page, slot);
   for (int64_t c = 0; c < d; ++c) {
-    if (Int4Code(held[static_cast<size_t>(c)], meta[d + c], meta[c]) != Int4Nibble(stored, c)) {
+    if (Int4Code(held[static_cast<size_t>(c)], meta[d + c], meta[c]) != Int4Nibble(stored, d, c)) {
       return false;
     }
   }

@@ -8,12 +8,15 @@
 // scale per channel keeps them from flattening the others), the same
 // arithmetic down each channel of the block's staged values; the block
 // being filled is kept in the cache's type until it is full (the store's
-// staging page). A value widens to min + code * scale in float32.
+// staging page). A value widens to min + code * scale in float32, rounded
+// once (a fused multiply-add).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "kvformats/formats.h"
+#include "kvformats/page_loops.h"
 
 namespace attn::internal {
 namespace {
@@ -30,14 +33,82 @@ inline uint8_t Code(double x, float lo, float scale) {
   return static_cast<uint8_t>(std::min(15.0, std::max(0.0, c)));
 }
 
-inline void Put(uint8_t* row, int64_t x, uint8_t code) {
-  uint8_t& b = row[x / 2];
-  b = (x % 2 == 0) ? static_cast<uint8_t>((b & 0xF0) | code)
-                   : static_cast<uint8_t>((b & 0x0F) | (code << 4));
+// Codes pack in chunks of 32 channels (the last chunk: what is left, an
+// even count w): byte i of a chunk holds channel i in its low nibble and
+// channel i + w / 2 in its high one, so that a chunk widens in order as two
+// runs of sixteen lanes.
+inline void Where(int64_t dim, int64_t x, int64_t* byte, bool* high) {
+  const int64_t chunk = x / 32 * 32, w = std::min<int64_t>(32, dim - chunk), i = x - chunk;
+  *high = i >= w / 2;
+  *byte = chunk / 2 + (*high ? i - w / 2 : i);
 }
 
-inline uint8_t Get(const uint8_t* row, int64_t x) {
-  return (x % 2 == 0) ? (row[x / 2] & 0x0F) : (row[x / 2] >> 4);
+inline void Put(uint8_t* row, int64_t dim, int64_t x, uint8_t code) {
+  int64_t at;
+  bool high;
+  Where(dim, x, &at, &high);
+  row[at] = high ? static_cast<uint8_t>((row[at] & 0x0F) | (code << 4))
+                 : static_cast<uint8_t>((row[at] & 0xF0) | code);
+}
+
+inline uint8_t Get(const uint8_t* row, int64_t dim, int64_t x) {
+  int64_t at;
+  bool high;
+  Where(dim, x, &at, &high);
+  return high ? (row[at] >> 4) : (row[at] & 0x0F);
+}
+
+#define ATTN_INT4_512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
+
+// dst[x] = lo[x] + code[x] * scale[x] for the `full` whole chunks of 32
+// channels of a row (16 bytes each): the low nibbles are channels 0-15 of
+// a chunk, the high ones 16-31.
+ATTN_INT4_512 void WidenChunks512(const uint8_t* row, int64_t full, const float* scale,
+                                  const float* lo, float* dst) {
+  const __m512i mask = _mm512_set1_epi32(0x0F);
+  for (int64_t k = 0; k < full; ++k) {
+    const __m512i b =
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16 * k)));
+    const __m512 c0 = _mm512_cvtepi32_ps(_mm512_and_si512(b, mask));
+    const __m512 c1 = _mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4));
+    const int64_t x = 32 * k;
+    _mm512_storeu_ps(dst + x,
+                     _mm512_fmadd_ps(c0, _mm512_loadu_ps(scale + x), _mm512_loadu_ps(lo + x)));
+    _mm512_storeu_ps(dst + x + 16, _mm512_fmadd_ps(c1, _mm512_loadu_ps(scale + x + 16),
+                                                   _mm512_loadu_ps(lo + x + 16)));
+  }
+}
+
+// The same for a value row's chunks, whose scale and minimum are one per
+// group of kInt4Group channels (two chunks a group): broadcast, not read.
+ATTN_INT4_512 void WidenValueChunks512(const uint8_t* row, int64_t full, const float* meta,
+                                       float* dst) {
+  const __m512i mask = _mm512_set1_epi32(0x0F);
+  for (int64_t k = 0; k < full; ++k) {
+    const int64_t x = 32 * k, group = x / kInt4Group;
+    const __m512 scale = _mm512_set1_ps(meta[2 * group]), lo = _mm512_set1_ps(meta[2 * group + 1]);
+    const __m512i b =
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16 * k)));
+    _mm512_storeu_ps(dst + x,
+                     _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b, mask)), scale, lo));
+    _mm512_storeu_ps(dst + x + 16,
+                     _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4)), scale, lo));
+  }
+}
+
+// A row's dim codes widened: the whole chunks sixteen lanes at a time where
+// the tier allows, the rest one by one (the same float32 arithmetic: an
+// FMA rounds once, so the scalar form uses fmaf).
+void WidenRow(const uint8_t* row, int64_t dim, const float* scale, const float* lo, float* dst) {
+  static const bool wide = UseAvx512(16);
+  int64_t done = 0;
+  if (wide) {
+    done = dim / 32 * 32;
+    WidenChunks512(row, dim / 32, scale, lo, dst);
+  }
+  for (int64_t x = done; x < dim; ++x) {
+    dst[x] = std::fmaf(static_cast<float>(Get(row, dim, x)), scale[x], lo[x]);
+  }
 }
 
 int64_t ValueRowBytes(int64_t dim) { return (dim + 1) / 2 + Groups(dim) * 8; }
@@ -53,20 +124,27 @@ float EncodeValues(const float* src, int64_t dim, uint8_t* row) {
     const float scale = static_cast<float>((static_cast<double>(hi) - lo) / 15.0);
     std::memcpy(meta + 2 * k, &scale, 4);
     std::memcpy(meta + 2 * k + 1, &lo, 4);
-    for (int64_t x = g0; x < g1; ++x) Put(row, x, Code(src[x], lo, scale));
+    for (int64_t x = g0; x < g1; ++x) Put(row, dim, x, Code(src[x], lo, scale));
   }
   return 1.0f;
 }
 
 void WidenValues(const uint8_t* rows, int64_t c, int64_t dim, float* dst) {
   const int64_t rb = ValueRowBytes(dim), codes = (dim + 1) / 2;
+  static const bool wide = UseAvx512(16);
+  std::vector<float> meta(static_cast<size_t>(2 * Groups(dim)));
   for (int64_t j = 0; j < c; ++j) {
     const uint8_t* row = rows + j * rb;
-    float meta[2];
-    for (int64_t g0 = 0, k = 0; g0 < dim; g0 += kInt4Group, ++k) {
-      std::memcpy(meta, row + codes + 8 * k, 8);
-      const int64_t g1 = std::min(dim, g0 + kInt4Group);
-      for (int64_t x = g0; x < g1; ++x) dst[j * dim + x] = meta[1] + Get(row, x) * meta[0];
+    std::memcpy(meta.data(), row + codes, meta.size() * 4);  // (scale, min) a group
+    int64_t done = 0;
+    if (wide) {
+      done = dim / 32 * 32;
+      WidenValueChunks512(row, dim / 32, meta.data(), dst + j * dim);
+    }
+    for (int64_t x = done; x < dim; ++x) {
+      const int64_t g = x / kInt4Group;
+      dst[j * dim + x] =
+          std::fmaf(static_cast<float>(Get(row, dim, x)), meta[2 * g], meta[2 * g + 1]);
     }
   }
 }
@@ -86,23 +164,21 @@ void QuantizeBlock(const float* staged, int64_t g, int64_t dim, uint8_t* rows, f
     const float scale = static_cast<float>((static_cast<double>(hi) - lo) / 15.0);
     meta[x] = scale;
     meta[dim + x] = lo;
-    for (int64_t j = 0; j < g; ++j) Put(rows + j * rb, x, Code(staged[j * dim + x], lo, scale));
+    for (int64_t j = 0; j < g; ++j) {
+      Put(rows + j * rb, dim, x, Code(staged[j * dim + x], lo, scale));
+    }
   }
 }
 
 void WidenBlock(const uint8_t* rows, const float* meta, int64_t c, int64_t dim, float* dst) {
   const int64_t rb = KeyRowBytes(dim);
-  for (int64_t j = 0; j < c; ++j) {
-    for (int64_t x = 0; x < dim; ++x) {
-      dst[j * dim + x] = meta[dim + x] + Get(rows + j * rb, x) * meta[x];
-    }
-  }
+  for (int64_t j = 0; j < c; ++j) WidenRow(rows + j * rb, dim, meta, meta + dim, dst + j * dim);
 }
 
 }  // namespace
 
 uint8_t Int4Code(double x, float lo, float scale) { return Code(x, lo, scale); }
-uint8_t Int4Nibble(const uint8_t* row, int64_t x) { return Get(row, x); }
+uint8_t Int4Nibble(const uint8_t* row, int64_t dim, int64_t x) { return Get(row, dim, x); }
 
 const PageCodec& Int4ValuesCodec() {
   static const PageCodec c{"int4",      ValueRowBytes, false,  EncodeValues,

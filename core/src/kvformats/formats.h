@@ -20,6 +20,6 @@ const PageCodec& Int4KeysCodec();
 // An int4 key code: x against a channel's (min, scale); and the code of
 // channel x in a row.
 uint8_t Int4Code(double x, float lo, float scale);
-uint8_t Int4Nibble(const uint8_t* row, int64_t x);
+uint8_t Int4Nibble(const uint8_t* row, int64_t dim, int64_t x);
 
 }  // namespace attn::internal

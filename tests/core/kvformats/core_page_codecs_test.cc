@@ -105,6 +105,14 @@ TEST(PageCodecs, Fp8CodesAreTheNearestE4m3Exactly) {
   }
 }
 
+// Channel c's code in an int4 row of `dim`: chunks of 32 channels (the
+// last one w wide), byte i of a chunk holding channel i in its low nibble
+// and channel i + w / 2 in its high one.
+uint8_t Nibble(const uint8_t* row, int64_t dim, int64_t c) {
+  const int64_t chunk = c / 32 * 32, w = std::min<int64_t>(32, dim - chunk), i = c - chunk;
+  return i < w / 2 ? row[chunk / 2 + i] & 0xF : row[chunk / 2 + i - w / 2] >> 4;
+}
+
 // int4 values: per token, groups of 64 channels, each with its scale and
 // minimum in the row; keys: per channel over a block. Both against
 // kv_quant_model.h's int4 group model exactly (codes, scales, minimums and
@@ -122,7 +130,7 @@ TEST(PageCodecs, Int4ValuesAndKeyBlocksAreTheQuantizersExactly) {
       v4.widen(row.data(), 1, dim, widened.data());
       const Quantized want = attn_test::ModelInt4Values(x);
       for (int64_t c = 0; c < dim; ++c) {
-        const uint8_t code = (row[c / 2] >> (c % 2 ? 4 : 0)) & 0xF;
+        const uint8_t code = Nibble(row.data(), dim, c);
         ASSERT_EQ(code, want.codes[c]) << dim << " " << c;
         ASSERT_EQ(widened[c], static_cast<float>(want.value[c])) << dim << " " << c;
       }
@@ -148,7 +156,7 @@ TEST(PageCodecs, Int4ValuesAndKeyBlocksAreTheQuantizersExactly) {
       ASSERT_EQ(meta[dim + c], lo);
       for (int64_t j = 0; j < g; ++j) {
         const uint8_t* r = rows.data() + j * k4.row_bytes(dim);
-        ASSERT_EQ((r[c / 2] >> (c % 2 ? 4 : 0)) & 0xF, codes[j]) << c << "," << j;
+        ASSERT_EQ(Nibble(r, dim, c), codes[j]) << c << "," << j;
         ASSERT_EQ(back[j * dim + c], held[j]) << c << "," << j;
       }
     }
