@@ -39,9 +39,23 @@ def rss_kb(pid):
 
 
 def round_to(x, t, fmt=None):
-    """What a side of a `t` cache stored as `fmt` (None or "int8") keeps of x
-    [Hkv, n, D]: int8 is a float64 model of the server's quantizer (per kv
-    head and token, codes round-half-even(x / f) with f = max|x| / 127)."""
+    """What a side of a `t` cache stored as `fmt` (None, "int8", or "int4"
+    for values) keeps of x [Hkv, n, D]: float64 models of the server's
+    quantizers. int8: per kv head and token, codes round-half-even(x / f)
+    with f = max|x| / 127. int4 values: per token in groups of 64 channels,
+    codes round-half-even((x - min) / s) in [0, 15] with s = (max - min) / 15,
+    held as min + code * s in float32."""
+    if fmt == "int4":
+        x = np.asarray(x, np.float32)
+        out = np.empty_like(x)
+        for g0 in range(0, x.shape[-1], 64):
+            part = x[..., g0:g0 + 64].astype(np.float64)
+            lo = part.min(axis=-1, keepdims=True)
+            s = ((part.max(axis=-1, keepdims=True) - lo) / 15.0).astype(np.float32).astype(np.float64)
+            code = np.clip(np.rint(np.divide(part - lo, s, out=np.zeros_like(part), where=s > 0)),
+                           0, 15)
+            out[..., g0:g0 + 64] = (lo + code * s).astype(np.float32)
+        return out
     if fmt == "int8":
         x = np.asarray(x, np.float64)
         f = (np.abs(x).max(axis=-1, keepdims=True) / 127.0).astype(np.float32).astype(np.float64)
@@ -92,7 +106,8 @@ class Worker(threading.Thread):
         sid = self.fresh_id()
         spec = dict(layers=self.rng.choice([1, 2]), hkv=self.rng.choice([1, 2]),
                     d=self.rng.choice([8, 16]), type=self.rng.choice(["float32", "bfloat16", "float16"]),
-                    kf=self.rng.choice([None, None, "int8"]), vf=self.rng.choice([None, None, "int8"]))
+                    kf=self.rng.choice([None, None, "int8"]),
+                    vf=self.rng.choice([None, None, "int8", "int4"]))
         spec["h"] = c.create_session(spec["layers"], spec["hkv"], spec["d"],
                                      cache_dtype=spec["type"], session_id=sid,
                                      key_format=spec["kf"], value_format=spec["vf"])
