@@ -61,12 +61,6 @@ float Round(float x, wire::WireType t) {
   return x;
 }
 
-wire::WireType CacheWire(v1::DataType t) {
-  return t == v1::DATA_TYPE_BFLOAT16  ? wire::WireType::kBFloat16
-         : t == v1::DATA_TYPE_FLOAT16 ? wire::WireType::kFloat16
-                                      : wire::WireType::kFloat32;
-}
-
 CacheType CacheTypeOf(v1::DataType t) {
   return t == v1::DATA_TYPE_FLOAT32   ? CacheType::kFloat32
          : t == v1::DATA_TYPE_FLOAT16 ? CacheType::kFloat16
