@@ -8,6 +8,7 @@
 // every kernel tier (CMakeLists.txt).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 
 #include "attn/kv_cache.h"
@@ -272,6 +273,28 @@ TEST(QuantizedSessions, Int4KeysTruncatedIntoAFullBlockStageItsTokensAgain) {
   }
   EXPECT_GT(bytes_before, 0);
   EXPECT_EQ(store.Get("", "t4")->layer_tokens[0], G - 1 + 3 + G);
+}
+
+// A cancelled Extend on int4 keys (its step completing a block and staging
+// the next) leaves the session as it was: its staging pages, its pool
+// bytes, and answers that follow the replay afterwards.
+TEST(QuantizedSessions, CancelledInt4ExtendChangesNothing) {
+  KvCacheStore store(Pool());
+  std::mt19937 rng(10);
+  Session s = Open(store, "c4", {CacheFormat::kInt4, CacheFormat::kInt4, CacheType::kBFloat16});
+  const int64_t G = store.Get("", "c4")->key_block_tokens;
+  ExtendAndCheck(store, s, MakeStep(s, 0, G / 2, rng));  // half a block staged
+  const int64_t used = store.bytes_used();
+  std::atomic<bool> cancelled{true};
+  KvExtendOptions o;
+  o.cancelled = &cancelled;
+  const Step big = MakeStep(s, 1, G, rng);  // would fill the block and stage the next
+  attn_test::ExpectStatus(store.Extend(0, {View(s, big)}, o).status(), StatusCode::kCancelled,
+                          "cancelled");
+  EXPECT_EQ(store.Get("", "c4")->layer_tokens[0], G / 2);
+  EXPECT_EQ(store.bytes_used(), used);
+  for (int i = 0; i < 3; ++i) ExtendAndCheck(store, s, MakeStep(s, 1, 1, rng));
+  ExtendAndCheck(store, s, MakeStep(s, 2, G, rng));
 }
 
 TEST(QuantizedSessions, Int4NeedsEvenWidths) {
