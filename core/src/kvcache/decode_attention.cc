@@ -118,13 +118,13 @@ struct Rows {
 };
 
 Rows SideRows(const DecodeProblem& p, const PageSide& side, const PageSpan& sp, int64_t dim,
-              bool fast, std::vector<float>* buf) {
+              bool fast, bool keys, std::vector<float>* buf) {
   const int64_t c = sp.b - sp.a;
   if (side.codec->blocked) {
     if (static_cast<int64_t>(buf->size()) < c * dim) buf->resize(static_cast<size_t>(c * dim));
     const uint8_t* stage = p.stage != nullptr ? p.stage[sp.g] : nullptr;
     WidenBlockedKeys(*p.layout, sp.base, stage, sp.j0, sp.a, c, p.fill_start, dim, buf->data());
-  } else if (fast && side.codec->qk != nullptr) {
+  } else if (fast && (keys ? side.codec->qk != nullptr : side.codec->pv != nullptr)) {
     return Rows{side.codec, side.Row(sp.base, sp.a - sp.j0), side.row_bytes, false};
   } else {
     Widen(side, side.Row(sp.base, sp.a - sp.j0), c, dim, buf);
@@ -178,11 +178,17 @@ void AttendPage(const DecodeKernels& kern, const Task& task, Scratch& sc, const 
   const float* qg = sc.q.data() + g * rows * d;
   float* og = task.part.o + g * rows * dv;
   float* s = sc.s.data();
-  const Rows kr = SideRows(p, ks, sp, d, fast, &sc.k);
-  if (fast) {
-    kr.codec->qk(qg, rows, kr.data, c, d, s, T, kr.floats ? nullptr : sp.knext);
-  } else {
-    QkPortable(qg, rows, reinterpret_cast<const float*>(kr.data), c, d, s, T);
+  // Blocked keys score in place where their codec's loops take d.
+  const bool scored = fast && ks.codec->blocked &&
+                      QkBlockedKeys(*p.layout, sp.base, p.stage != nullptr ? p.stage[g] : nullptr,
+                                    sp.j0, a, c, p.fill_start, d, qg, rows, s, T, sp.knext);
+  if (!scored) {
+    const Rows kr = SideRows(p, ks, sp, d, fast, true, &sc.k);
+    if (fast) {
+      kr.codec->qk(qg, rows, kr.data, c, d, s, T, kr.floats ? nullptr : sp.knext);
+    } else {
+      QkPortable(qg, rows, reinterpret_cast<const float*>(kr.data), c, d, s, T);
+    }
   }
   if (ks.codec->scaled) TimesFactors(s, rows, T, ks.Factors(sp.base) + (a - sp.j0), c);
   for (int64_t hh = 0; hh < group; ++hh) {
@@ -195,7 +201,7 @@ void AttendPage(const DecodeKernels& kern, const Task& task, Scratch& sc, const 
   }
   // A quantized side's factors ride on the weights (0 outside a row's keys).
   if (vs.codec->scaled) TimesFactors(s, rows, T, vs.Factors(sp.base) + (a - sp.j0), c);
-  const Rows vr = SideRows(p, vs, sp, dv, fast, &sc.v);
+  const Rows vr = SideRows(p, vs, sp, dv, fast, false, &sc.v);
   const uint8_t* vnext = vr.floats ? nullptr : sp.vnext;
   if (sp.whole) {
     if (fast) {

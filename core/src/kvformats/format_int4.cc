@@ -181,14 +181,14 @@ uint8_t Int4Code(double x, float lo, float scale) { return Code(x, lo, scale); }
 uint8_t Int4Nibble(const uint8_t* row, int64_t dim, int64_t x) { return Get(row, dim, x); }
 
 const PageCodec& Int4ValuesCodec() {
-  static const PageCodec c{"int4",      ValueRowBytes, false,  EncodeValues,
-                           WidenValues, nullptr,       nullptr};
+  static const PageCodec c{"int4",      ValueRowBytes, false,       EncodeValues,
+                           WidenValues, nullptr,       PvInt4Values};
   return c;
 }
 
 const PageCodec& Int4KeysCodec() {
-  static const PageCodec c{"int4",  KeyRowBytes, false, nullptr,       nullptr,
-                           nullptr, nullptr,     true,  QuantizeBlock, WidenBlock};
+  static const PageCodec c{"int4",  KeyRowBytes, false,         nullptr,    nullptr,   nullptr,
+                           nullptr, true,        QuantizeBlock, WidenBlock, Int4Loops, QkInt4Block};
   return c;
 }
 

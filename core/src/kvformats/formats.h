@@ -22,4 +22,15 @@ const PageCodec& Int4KeysCodec();
 uint8_t Int4Code(double x, float lo, float scale);
 uint8_t Int4Nibble(const uint8_t* row, int64_t dim, int64_t x);
 
+// int4_loops.cc: int4's loops in integer units, for widths where
+// Int4Loops (the AVX-512 tier, a multiple of 32). QkInt4Block scores c
+// keys of a full block (rows of d / 2 bytes, the block's meta: scale[d],
+// min[d]) as QkCodesFn; PvInt4Values is the values' PvCodesFn (other
+// widths: widened to float32 first).
+bool Int4Loops(int64_t width);
+void QkInt4Block(const float* q, int64_t rows, const uint8_t* k, const float* meta, int64_t c,
+                 int64_t d, float* s, int64_t lds, const uint8_t* next);
+void PvInt4Values(const float* p, int64_t rows, int64_t ldp, const uint8_t* v, int64_t c,
+                  int64_t dv, float* o, const uint8_t* next);
+
 }  // namespace attn::internal

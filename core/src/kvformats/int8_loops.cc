@@ -89,26 +89,6 @@ ATTN_I8_512 inline __m256 FoldI(__m512i a) {
                        _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1)));
 }
 
-// Sixteen int32 vectors to one: lane i the sum of v[i]'s lanes (pairs
-// interleaved and added, then 64-bit halves, then 128-bit blocks).
-ATTN_I8_512 inline __m512i SumEach16(const __m512i* v) {
-  __m512i t[8], u[4];
-  for (int i = 0; i < 8; ++i) {
-    t[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]),
-                            _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
-  }
-  for (int i = 0; i < 4; ++i) {
-    u[i] = _mm512_add_epi64(_mm512_unpacklo_epi64(t[2 * i], t[2 * i + 1]),
-                            _mm512_unpackhi_epi64(t[2 * i], t[2 * i + 1]));
-  }
-  const __m512i w01 = _mm512_add_epi32(_mm512_shuffle_i32x4(u[0], u[1], 0x88),
-                                       _mm512_shuffle_i32x4(u[0], u[1], 0xDD));
-  const __m512i w23 = _mm512_add_epi32(_mm512_shuffle_i32x4(u[2], u[3], 0x88),
-                                       _mm512_shuffle_i32x4(u[2], u[3], 0xDD));
-  return _mm512_add_epi32(_mm512_shuffle_i32x4(w01, w23, 0x88),
-                          _mm512_shuffle_i32x4(w01, w23, 0xDD));
-}
-
 // Four rows (q0, d apart) against keys four at a time: sixteen sums, put
 // together once (SumEach16) instead of a sum at a time. Returns the keys
 // done (c rounded down to 4).

@@ -186,6 +186,27 @@ void WidenBlockedKeys(const PageLayout& l, const uint8_t* page, const uint8_t* s
   }
 }
 
+bool QkBlockedKeys(const PageLayout& l, const uint8_t* page, const uint8_t* stage, int64_t j0,
+                   int64_t a, int64_t c, int64_t fill_start, int64_t d, const float* q,
+                   int64_t rows, float* s, int64_t lds, const uint8_t* next) {
+  const PageCodec& kc = *l.key.codec;
+  if (kc.block_loops == nullptr || !kc.block_loops(d) || l.stage.codec->qk == nullptr) return false;
+  const int64_t g = l.block_tokens;
+  for (int64_t pos = a; pos < a + c;) {
+    if (pos >= fill_start) {
+      l.stage.codec->qk(q, rows, stage + (pos - fill_start) * l.stage.row_bytes, a + c - pos, d,
+                        s + (pos - a), lds, nullptr);
+      return true;
+    }
+    const int64_t slot = pos - j0, block = slot / g;
+    const int64_t n = std::min({a + c - pos, (block + 1) * g - slot, fill_start - pos});
+    kc.qk_block(q, rows, l.key.Row(page, slot), l.BlockMeta(page, block, d), n, d, s + (pos - a),
+                lds, next != nullptr ? next + (pos - a) * l.key.row_bytes : nullptr);
+    pos += n;
+  }
+  return true;
+}
+
 void EncodeToken(const PageSide& side, const float* src, int64_t stride, int64_t dim, float* tmp,
                  uint8_t* page, int64_t j) {
   if (stride != 1) {

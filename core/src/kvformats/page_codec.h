@@ -59,6 +59,11 @@ struct PageCodec {
                          float* meta) = nullptr;
   void (*widen_block)(const uint8_t* rows, const float* meta, int64_t c, int64_t dim,
                       float* dst) = nullptr;
+  // A blocked format's QK over c rows of a full block with its meta (as
+  // QkCodesFn), for dims where block_loops says so (or null).
+  bool (*block_loops)(int64_t dim) = nullptr;
+  void (*qk_block)(const float* q, int64_t rows, const uint8_t* k, const float* meta, int64_t c,
+                   int64_t d, float* s, int64_t lds, const uint8_t* next) = nullptr;
 };
 
 const PageCodec& CodecOf(PageFormat format);
@@ -110,6 +115,14 @@ PageLayout MakePageLayout(PageFormat key, PageFormat value, int64_t d, int64_t d
 // tokens at or past `fill_start` (the block being filled) from `stage`.
 void WidenBlockedKeys(const PageLayout& l, const uint8_t* page, const uint8_t* stage, int64_t j0,
                       int64_t a, int64_t c, int64_t fill_start, int64_t d, float* dst);
+
+// The same keys scored against q's rows into s[r * lds + (pos - a)], with
+// the codec's in-register loops (the block being filled: the cache type's
+// loops over the staging page). False, with nothing written, where the
+// codec or the tier has no such loops for d (then widen, and score that).
+bool QkBlockedKeys(const PageLayout& l, const uint8_t* page, const uint8_t* stage, int64_t j0,
+                   int64_t a, int64_t c, int64_t fill_start, int64_t d, const float* q,
+                   int64_t rows, float* s, int64_t lds, const uint8_t* next);
 
 // Writes a token's keys or values at slot j of the page (codes and factor).
 void EncodeToken(const PageSide& side, const float* src, int64_t stride, int64_t dim, float* tmp,

@@ -18,6 +18,7 @@
 #include "attn/cpu_info.h"
 #include "attn/half.h"
 #include "kv_quant_model.h"
+#include "kvformats/formats.h"
 #include "kvformats/page_codec.h"
 
 namespace {
@@ -288,6 +289,105 @@ INSTANTIATE_TEST_SUITE_P(Formats, PageLoops,
                          ::testing::Values(PageFormat::kFloat32, PageFormat::kBFloat16,
                                            PageFormat::kFloat16, PageFormat::kInt8,
                                            PageFormat::kFp8E4M3));
+
+// int4's integer loops (int4_loops.cc) against float64 over the values the
+// codes stand for (min + code * scale, in float64). QK rounds the query
+// times the block's scales to int16 against its largest (at most 1/65534
+// of it off an element, times the codes' sum); PV rounds each row's
+// weights times the tokens' scales to bytes against the row's largest
+// weight times the group's largest scale (at most 1/510 of that off a
+// token, times the sum of |code - 8|). Widths that are not a multiple of 128 read a partial
+// segment; on a tier without the loops QK is not offered and PV widens.
+TEST(PageLoops, Int4KeyBlocksAndValuesEqualFloat64) {
+  if (!attn::internal::InRegisterTier()) {
+    GTEST_SKIP() << "the portable tier reads pages through the portable loops";
+  }
+  const PageCodec& k4 = CodecOf(PageFormat::kInt4Keys);
+  const PageCodec& v4 = CodecOf(PageFormat::kInt4Values);
+  std::mt19937 rng(17);
+  std::normal_distribution<float> n01(0.0f, 1.0f);
+  int cases = 0;
+  for (int64_t d : {32, 64, 96, 128, 160, 256}) {
+    for (int64_t rows : {1, 3, 4, 5, 8}) {
+      for (int64_t c : {1, 3, 4, 5, 63, 106, 212}) {
+        SCOPED_TRACE("d " + std::to_string(d) + " rows " + std::to_string(rows) + " c " +
+                     std::to_string(c));
+        std::vector<float> x(static_cast<size_t>(c * d)), q(static_cast<size_t>(rows * d));
+        for (float& v : x) v = n01(rng);
+        for (int64_t j = 0; j < c; ++j) x[j * d + 3] = 15.0f + 5.0f * x[j * d + 3];  // outliers
+        for (float& v : q) v = n01(rng);
+        const int64_t kb = k4.row_bytes(d), vb = v4.row_bytes(d);
+        std::vector<uint8_t> keys(static_cast<size_t>(c * kb)), values(static_cast<size_t>(c * vb));
+        std::vector<float> meta(static_cast<size_t>(2 * d));
+        k4.quantize_block(x.data(), c, d, keys.data(), meta.data());
+        for (int64_t j = 0; j < c; ++j) v4.encode(x.data() + j * d, d, values.data() + j * vb);
+        const int64_t lds = c + 3;
+        std::vector<float> s(static_cast<size_t>(rows * lds), -7.0f);
+        if (attn::internal::Int4Loops(d)) {
+          attn::internal::QkInt4Block(q.data(), rows, keys.data(), meta.data(), c, d, s.data(), lds,
+                                      keys.data());
+          for (int64_t r = 0; r < rows; ++r) {
+            double qmax = 0;  // the largest of q times the block's scales
+            for (int64_t i = 0; i < d; ++i)
+              qmax = std::max(qmax, std::fabs(double(q[r * d + i]) * meta[i]));
+            for (int64_t j = 0; j < c; ++j) {
+              double want = 0, mag = 0, codes = 0;
+              for (int64_t i = 0; i < d; ++i) {
+                const int code = Nibble(keys.data() + j * kb, d, i);
+                const double held = double(meta[d + i]) + code * double(meta[i]);
+                want += double(q[r * d + i]) * held;
+                mag += std::fabs(double(q[r * d + i]) * held) +
+                       std::fabs(double(q[r * d + i]) * meta[d + i]);
+                codes += code;
+              }
+              ASSERT_NEAR(s[r * lds + j], want, qmax / 65534 * codes * 1.001 + 1e-5 * mag + 1e-6)
+                  << r << "," << j;
+            }
+            for (int64_t j = c; j < lds; ++j) ASSERT_EQ(s[r * lds + j], -7.0f) << "written past c";
+          }
+        }
+        // Weights in [0, 1] (a softmax's), some 0, one row all 0.
+        std::vector<float> p(static_cast<size_t>(rows * lds));
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t j = 0; j < c; ++j) {
+            p[r * lds + j] = (r == 2 || j % 5 == 3) ? 0.0f : std::exp(-std::fabs(n01(rng)));
+          }
+        }
+        std::vector<float> o(static_cast<size_t>(rows * d));
+        for (size_t i = 0; i < o.size(); ++i) o[i] = static_cast<float>(i % 7) / 4.0f;
+        const std::vector<float> o0 = o;
+        v4.pv(p.data(), rows, lds, values.data(), c, d, o.data(), values.data());
+        for (int64_t r = 0; r < rows; ++r) {
+          double pmax = 0;
+          for (int64_t j = 0; j < c; ++j) pmax = std::max(pmax, double(p[r * lds + j]));
+          for (int64_t i = 0; i < d; ++i) {
+            const int64_t g = i / 64;
+            double want = o0[r * d + i], mag = std::fabs(want), smax = 0, codes = 0;
+            for (int64_t j = 0; j < c; ++j) {
+              const uint8_t* row = values.data() + j * vb;
+              float gm[2];
+              std::memcpy(gm, row + d / 2 + 8 * g, 8);
+              const int code = Nibble(row, d, i);
+              const double held = double(gm[1]) + code * double(gm[0]);
+              want += double(p[r * lds + j]) * held;
+              mag += std::fabs(double(p[r * lds + j]) * held) +
+                     std::fabs(double(p[r * lds + j])) * (std::fabs(gm[1]) + 8 * gm[0]);
+              smax = std::max(smax, double(gm[0]));
+              codes += std::abs(code - 8);  // the loops take codes less 8
+            }
+            const double rounding =
+                attn::internal::Int4Loops(d) ? pmax * smax / 510 * codes * 1.001 : 0.0;
+            ASSERT_NEAR(o[r * d + i], want, rounding + 1e-5 * mag + 1e-6) << r << "," << i;
+          }
+        }
+        ++cases;
+      }
+    }
+  }
+  EXPECT_EQ(cases, 6 * 5 * 7);
+  std::printf("int4 loops %s, kernel tier %s\n", attn::internal::Int4Loops(128) ? "on" : "off",
+              attn::IsaTierName(attn::KernelTier()));
+}
 
 // ---- the page's layout ------------------------------------------------------
 
