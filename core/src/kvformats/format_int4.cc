@@ -96,15 +96,58 @@ ATTN_INT4_512 void WidenValueChunks512(const uint8_t* row, int64_t full, const f
   }
 }
 
-// A row's dim codes widened: the whole chunks sixteen lanes at a time where
-// the tier allows, the rest one by one (the same float32 arithmetic: an
+#define ATTN_INT4_256 __attribute__((target("avx2,fma")))
+
+// The AVX2 twins, eight lanes at a time: bytes [8 h, 8 h + 8) of a chunk
+// hold channels 8 h.. (low nibbles) and 16 + 8 h.. (high ones).
+ATTN_INT4_256 void WidenChunks256(const uint8_t* row, int64_t full, const float* scale,
+                                  const float* lo, float* dst) {
+  const __m256i mask = _mm256_set1_epi32(0x0F);
+  for (int64_t k = 0; k < full; ++k) {
+    for (int64_t h = 0; h < 2; ++h) {
+      const __m256i b = _mm256_cvtepu8_epi32(
+          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + 16 * k + 8 * h)));
+      const int64_t x0 = 32 * k + 8 * h, x1 = x0 + 16;
+      _mm256_storeu_ps(dst + x0,
+                       _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(b, mask)),
+                                       _mm256_loadu_ps(scale + x0), _mm256_loadu_ps(lo + x0)));
+      _mm256_storeu_ps(dst + x1,
+                       _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4)),
+                                       _mm256_loadu_ps(scale + x1), _mm256_loadu_ps(lo + x1)));
+    }
+  }
+}
+
+ATTN_INT4_256 void WidenValueChunks256(const uint8_t* row, int64_t full, const float* meta,
+                                       float* dst) {
+  const __m256i mask = _mm256_set1_epi32(0x0F);
+  for (int64_t k = 0; k < full; ++k) {
+    const int64_t group = 32 * k / kInt4Group;
+    const __m256 scale = _mm256_set1_ps(meta[2 * group]), lo = _mm256_set1_ps(meta[2 * group + 1]);
+    for (int64_t h = 0; h < 2; ++h) {
+      const __m256i b = _mm256_cvtepu8_epi32(
+          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + 16 * k + 8 * h)));
+      const int64_t x0 = 32 * k + 8 * h;
+      _mm256_storeu_ps(dst + x0,
+                       _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(b, mask)), scale, lo));
+      _mm256_storeu_ps(dst + x0 + 16,
+                       _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4)), scale, lo));
+    }
+  }
+}
+
+// A row's dim codes widened: the whole chunks sixteen (or eight) lanes at a
+// time where the tier allows, the rest one by one (the same float32 arithmetic: an
 // FMA rounds once, so the scalar form uses fmaf).
 void WidenRow(const uint8_t* row, int64_t dim, const float* scale, const float* lo, float* dst) {
-  static const bool wide = UseAvx512(16);
+  static const bool wide = UseAvx512(16), avx2 = InRegisterTier();
   int64_t done = 0;
   if (wide) {
     done = dim / 32 * 32;
     WidenChunks512(row, dim / 32, scale, lo, dst);
+  } else if (avx2) {
+    done = dim / 32 * 32;
+    WidenChunks256(row, dim / 32, scale, lo, dst);
   }
   for (int64_t x = done; x < dim; ++x) {
     dst[x] = std::fmaf(static_cast<float>(Get(row, dim, x)), scale[x], lo[x]);
@@ -131,7 +174,7 @@ float EncodeValues(const float* src, int64_t dim, uint8_t* row) {
 
 void WidenValues(const uint8_t* rows, int64_t c, int64_t dim, float* dst) {
   const int64_t rb = ValueRowBytes(dim), codes = (dim + 1) / 2;
-  static const bool wide = UseAvx512(16);
+  static const bool wide = UseAvx512(16), avx2 = InRegisterTier();
   std::vector<float> meta(static_cast<size_t>(2 * Groups(dim)));
   for (int64_t j = 0; j < c; ++j) {
     const uint8_t* row = rows + j * rb;
@@ -140,6 +183,9 @@ void WidenValues(const uint8_t* rows, int64_t c, int64_t dim, float* dst) {
     if (wide) {
       done = dim / 32 * 32;
       WidenValueChunks512(row, dim / 32, meta.data(), dst + j * dim);
+    } else if (avx2) {
+      done = dim / 32 * 32;
+      WidenValueChunks256(row, dim / 32, meta.data(), dst + j * dim);
     }
     for (int64_t x = done; x < dim; ++x) {
       const int64_t g = x / kInt4Group;
