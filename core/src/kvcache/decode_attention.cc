@@ -38,15 +38,6 @@ void PvPortable(const float* p, int64_t rows, int64_t ldp, const float* v, int64
   }
 }
 
-struct DecodeKernels {
-  const SoftmaxKernels* softmax;
-};
-
-const DecodeKernels& GetDecodeKernels() {
-  static const DecodeKernels k{&GetSoftmaxKernels()};
-  return k;
-}
-
 // Scores (or weights) of `rows` rows, c columns each, times their tokens'
 // factors: a quantized side's factors folded in.
 void TimesFactors(float* s, int64_t rows, int64_t lds, const float* f, int64_t c) {
@@ -135,10 +126,9 @@ Rows SideRows(const DecodeProblem& p, const PageSide& side, const PageSpan& sp, 
 
 // One row's scores of keys [a, a + c) (row entries [ra, rb) are live): the
 // score terms, then the online softmax's update of m, l and the row of o.
-void UpdateRow(const DecodeKernels& kern, const DecodeProblem& p, int64_t h, int64_t pos,
+void UpdateRow(const SoftmaxKernels& sk, const DecodeProblem& p, int64_t h, int64_t pos,
                float* srow, int64_t a, int64_t c, int64_t ra, int64_t rb, float* orow, float* m,
                float* l) {
-  const SoftmaxKernels& sk = *kern.softmax;
   if (rb <= ra) {
     std::fill(srow, srow + c, 0.0f);
     return;
@@ -169,7 +159,7 @@ void UpdateRow(const DecodeKernels& kern, const DecodeProblem& p, int64_t h, int
 }
 
 // Scores, the online softmax's update, and the weighted values of a page.
-void AttendPage(const DecodeKernels& kern, const Task& task, Scratch& sc, const PageSpan& sp,
+void AttendPage(const SoftmaxKernels& sk, const Task& task, Scratch& sc, const PageSpan& sp,
                 bool fast) {
   const DecodeProblem& p = *task.p;
   const int64_t group = p.hq / p.hkv, rows = group * p.n, d = p.d, dv = p.dv;
@@ -194,7 +184,7 @@ void AttendPage(const DecodeKernels& kern, const Task& task, Scratch& sc, const 
   for (int64_t hh = 0; hh < group; ++hh) {
     for (int64_t t = 0; t < p.n; ++t) {
       const int64_t r = hh * p.n + t;
-      UpdateRow(kern, p, g * group + hh, p.Pos(t), s + r * T, a, c, std::max(a, sc.lo[t]),
+      UpdateRow(sk, p, g * group + hh, p.Pos(t), s + r * T, a, c, std::max(a, sc.lo[t]),
                 std::min(b, sc.hi[t]), og + r * dv, task.part.m + g * rows + r,
                 task.part.l + g * rows + r);
     }
@@ -232,7 +222,7 @@ void AttendPage(const DecodeKernels& kern, const Task& task, Scratch& sc, const 
 // A task: pages [p0, p1) of every kv head, page by page and head by head
 // within a page, so that it sweeps the pool in the order the heads' pages
 // were allocated (together, one per head, as the layer grew).
-void RunTask(const DecodeKernels& kern, const Task& task, Scratch& sc) {
+void RunTask(const SoftmaxKernels& sk, const Task& task, Scratch& sc) {
   const DecodeProblem& p = *task.p;
   const int64_t group = p.hq / p.hkv, rows = group * p.n, d = p.d, dv = p.dv;
   const int64_t T = p.tokens_per_page;
@@ -272,7 +262,7 @@ void RunTask(const DecodeKernels& kern, const Task& task, Scratch& sc) {
         sp.knext = p.key.Row(nb, off);
         sp.vnext = p.value.Row(nb, off);
       }
-      AttendPage(kern, task, sc, sp, fast);
+      AttendPage(sk, task, sc, sp, fast);
     }
   }
 }
@@ -340,7 +330,7 @@ void VisiblePages(const DecodeProblem& p, int64_t* first, int64_t* last) {
 
 Status RunDecodeAttention(const std::vector<const DecodeProblem*>& problems, int threads,
                           const std::atomic<bool>* cancelled) {
-  const DecodeKernels& kern = GetDecodeKernels();
+  const SoftmaxKernels& sk = GetSoftmaxKernels();
   if (threads <= 0) threads = ComputeThreads();
   int64_t live = 0;
   for (const DecodeProblem* p : problems) live += p->n > 0 ? 1 : 0;
@@ -380,7 +370,7 @@ Status RunDecodeAttention(const std::vector<const DecodeProblem*>& problems, int
       stop = true;
       return;
     }
-    RunTask(kern, tasks[static_cast<size_t>(i)], ThreadScratch());
+    RunTask(sk, tasks[static_cast<size_t>(i)], ThreadScratch());
   };
   const int64_t n = static_cast<int64_t>(tasks.size());
   const int team = static_cast<int>(std::min<int64_t>(threads, n));
