@@ -168,22 +168,42 @@ PageLayout MakePageLayout(PageFormat key, PageFormat value, int64_t d, int64_t d
   return best;
 }
 
-void WidenBlockedKeys(const PageLayout& l, const uint8_t* page, const uint8_t* stage, int64_t j0,
-                      int64_t a, int64_t c, int64_t fill_start, int64_t d, float* dst) {
+namespace {
+
+// Keys [a, a + c) of the page holding tokens [j0, j0 + T) of a layer with
+// blocked keys, run by run: block(pos, n, slot, index) for each run inside
+// one of the page's full blocks, then staged(pos, n) once for the keys at
+// or past fill_start (the block being filled), if any.
+template <typename Block, typename Staged>
+void ForEachBlockRun(const PageLayout& l, int64_t j0, int64_t a, int64_t c, int64_t fill_start,
+                     Block block, Staged staged) {
   const int64_t g = l.block_tokens;
   for (int64_t pos = a; pos < a + c;) {
-    if (pos >= fill_start) {  // the block being filled: staged in the cache's type
-      const int64_t n = a + c - pos;
-      l.stage.codec->widen(stage + (pos - fill_start) * l.stage.row_bytes, n, d,
-                           dst + (pos - a) * d);
+    if (pos >= fill_start) {
+      staged(pos, a + c - pos);
       return;
     }
-    const int64_t slot = pos - j0, block = slot / g;
-    const int64_t n = std::min({a + c - pos, (block + 1) * g - slot, fill_start - pos});
-    l.key.codec->widen_block(l.key.Row(page, slot), l.BlockMeta(page, block, d), n, d,
-                             dst + (pos - a) * d);
+    const int64_t slot = pos - j0, index = slot / g;
+    const int64_t n = std::min({a + c - pos, (index + 1) * g - slot, fill_start - pos});
+    block(pos, n, slot, index);
     pos += n;
   }
+}
+
+}  // namespace
+
+void WidenBlockedKeys(const PageLayout& l, const uint8_t* page, const uint8_t* stage, int64_t j0,
+                      int64_t a, int64_t c, int64_t fill_start, int64_t d, float* dst) {
+  ForEachBlockRun(
+      l, j0, a, c, fill_start,
+      [&](int64_t pos, int64_t n, int64_t slot, int64_t block) {
+        l.key.codec->widen_block(l.key.Row(page, slot), l.BlockMeta(page, block, d), n, d,
+                                 dst + (pos - a) * d);
+      },
+      [&](int64_t pos, int64_t n) {  // staged in the cache's type
+        l.stage.codec->widen(stage + (pos - fill_start) * l.stage.row_bytes, n, d,
+                             dst + (pos - a) * d);
+      });
 }
 
 bool QkBlockedKeys(const PageLayout& l, const uint8_t* page, const uint8_t* stage, int64_t j0,
@@ -191,19 +211,17 @@ bool QkBlockedKeys(const PageLayout& l, const uint8_t* page, const uint8_t* stag
                    int64_t rows, float* s, int64_t lds, const uint8_t* next) {
   const PageCodec& kc = *l.key.codec;
   if (kc.block_loops == nullptr || !kc.block_loops(d) || l.stage.codec->qk == nullptr) return false;
-  const int64_t g = l.block_tokens;
-  for (int64_t pos = a; pos < a + c;) {
-    if (pos >= fill_start) {
-      l.stage.codec->qk(q, rows, stage + (pos - fill_start) * l.stage.row_bytes, a + c - pos, d,
-                        s + (pos - a), lds, nullptr);
-      return true;
-    }
-    const int64_t slot = pos - j0, block = slot / g;
-    const int64_t n = std::min({a + c - pos, (block + 1) * g - slot, fill_start - pos});
-    kc.qk_block(q, rows, l.key.Row(page, slot), l.BlockMeta(page, block, d), n, d, s + (pos - a),
-                lds, next != nullptr ? next + (pos - a) * l.key.row_bytes : nullptr);
-    pos += n;
-  }
+  ForEachBlockRun(
+      l, j0, a, c, fill_start,
+      [&](int64_t pos, int64_t n, int64_t slot, int64_t block) {
+        kc.qk_block(q, rows, l.key.Row(page, slot), l.BlockMeta(page, block, d), n, d,
+                    s + (pos - a), lds,
+                    next != nullptr ? next + (pos - a) * l.key.row_bytes : nullptr);
+      },
+      [&](int64_t pos, int64_t n) {
+        l.stage.codec->qk(q, rows, stage + (pos - fill_start) * l.stage.row_bytes, n, d,
+                          s + (pos - a), lds, nullptr);
+      });
   return true;
 }
 
