@@ -79,6 +79,26 @@ ATTN_I4 inline __m512i Nibbles16(__m512i v) {
   return _mm512_and_si512(_mm512_srli_epi16(v, 4 * kV), m);
 }
 
+// Nibbles16's order as permutex2var indices over two vectors of 32
+// channels (lanes 0-15 from chunks 0 and 1 of a segment, 16-31 from 2 and
+// 3 the same way), built once.
+struct NibbleIndex {
+  alignas(64) int16_t at[4][32];
+};
+
+const NibbleIndex& NibbleOrder() {
+  static const NibbleIndex order = [] {
+    NibbleIndex o{};
+    for (int k = 0; k < 4; ++k) {
+      for (int w = 0; w < 32; ++w) {
+        o.at[k][w] = static_cast<int16_t>(32 * ((w / 8) % 2) + 16 * (k % 2) + 2 * (w % 8) + k / 2);
+      }
+    }
+    return o;
+  }();
+  return order;
+}
+
 // The query times the block's scales rounded to int16 against each row's
 // largest, in Nibbles16's order; false: a row not finite.
 ATTN_I4 bool PrepareQuery(const float* q, int64_t rows, int64_t d, const float* meta,
@@ -91,13 +111,9 @@ ATTN_I4 bool PrepareQuery(const float* q, int64_t rows, int64_t d, const float* 
   out->tmp.resize(static_cast<size_t>(d));
   float* t = out->tmp.data();
   int16_t* dense = out->dense.data();
+  const NibbleIndex& order = NibbleOrder();
   __m512i idx[4];
-  for (int k = 0; k < 4; ++k) {
-    alignas(64) int16_t at[32];
-    for (int w = 0; w < 32; ++w)
-      at[w] = static_cast<int16_t>(32 * ((w / 8) % 2) + 16 * (k % 2) + 2 * (w % 8) + k / 2);
-    idx[k] = _mm512_load_si512(at);
-  }
+  for (int k = 0; k < 4; ++k) idx[k] = _mm512_load_si512(order.at[k]);
   for (int64_t r = 0; r < rows; ++r) {
     const float* qr = q + r * d;
     __m512 amax = _mm512_setzero_ps(), bias = amax;
