@@ -30,19 +30,42 @@ struct LoadF16 {
 };
 struct Load512F32 {
   using T = float;
+  static constexpr bool kEvenOdd = false;
+  static constexpr float kUnit32 = 1.0f;
   ATTN_DECODE512 static __m512 Load(const float* p) { return _mm512_loadu_ps(p); }
+  ATTN_DECODE512 static void Load32(const float* p, __m512* a, __m512* b) {
+    *a = Load(p);
+    *b = Load(p + 16);
+  }
 };
+// Load32 takes 32 values as 16 pairs: a pair's even value is its low
+// half shifted up, its odd value its high half masked (two instructions
+// for 32 values, against four widening 16 at a time).
 struct Load512Bf16 {
   using T = uint16_t;
+  static constexpr bool kEvenOdd = true;
+  static constexpr float kUnit32 = 1.0f;
   ATTN_DECODE512 static __m512 Load(const uint16_t* p) {
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
+  ATTN_DECODE512 static void Load32(const uint16_t* p, __m512* even, __m512* odd) {
+    const __m512i x = _mm512_loadu_si512(p);
+    *even = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+    *odd =
+        _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+  }
 };
 struct Load512F16 {
   using T = uint16_t;
+  static constexpr bool kEvenOdd = false;
+  static constexpr float kUnit32 = 1.0f;
   ATTN_DECODE512 static __m512 Load(const uint16_t* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  ATTN_DECODE512 static void Load32(const uint16_t* p, __m512* a, __m512* b) {
+    *a = Load(p);
+    *b = Load(p + 16);
   }
 };
 

@@ -23,14 +23,16 @@ ATTN_AVX2 inline __m128 Sum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
   return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
 }
 
+// Prefetches the line at p. (GCC deletes a loop whose body is only
+// _mm_prefetch as one without effects; the asm statement keeps each
+// prefetch. Its operand is the address in a register, not memory: with a
+// memory operand GCC kept the loops' sums in memory around it.)
+inline void PrefetchLine(const void* p) { asm volatile("prefetcht0 (%0)" : : "r"(p)); }
+
 // Prefetches the bytes [j * bytes, (j + 1) * bytes) of `next` (null: none).
-// (GCC deletes a loop whose body is only _mm_prefetch as one without
-// effects; the asm statement keeps each prefetch.)
 inline void PrefetchToken(const uint8_t* next, int64_t bytes, int64_t j) {
   if (next == nullptr) return;
-  for (int64_t b = 0; b < bytes; b += 64) {
-    asm volatile("prefetcht0 %0" : : "m"(*(next + j * bytes + b)));
-  }
+  for (int64_t b = 0; b < bytes; b += 64) PrefetchLine(next + j * bytes + b);
 }
 
 // The next page's values spread over a PV loop: in token j of column chunk
@@ -47,7 +49,7 @@ struct SpreadPrefetch {
   }
   void operator()(int64_t k, int64_t j) const {
     for (int64_t u = 0, i = (k * c + j) * per; u < per && i < total; ++u, ++i) {
-      asm volatile("prefetcht0 %0" : : "m"(*(next + i * 64)));
+      PrefetchLine(next + i * 64);
     }
   }
 };

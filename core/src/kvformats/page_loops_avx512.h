@@ -4,6 +4,8 @@
 // gives sixteen widened codes as an __m512. Internal to core.
 #pragma once
 
+#include <type_traits>
+
 #include "kvformats/page_loops.h"
 
 namespace attn::internal {
@@ -38,6 +40,83 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) inline __m512i Sum
                           _mm512_shuffle_i32x4(w01, w23, 0xDD));
 }
 
+// Sixteen float vectors to one: lane i the sum of v[i]'s lanes (as
+// SumEach16).
+ATTN_DECODE512 inline __m512 SumEach16Ps(const __m512* v) {
+  __m512 t[8], u[4];
+  for (int i = 0; i < 8; ++i) {
+    t[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
+                         _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+  }
+  for (int i = 0; i < 4; ++i) {
+    const __m512d a = _mm512_castps_pd(t[2 * i]), b = _mm512_castps_pd(t[2 * i + 1]);
+    u[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+                         _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+  }
+  const __m512 w01 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], 0x88), _mm512_shuffle_f32x4(u[0], u[1], 0xDD));
+  const __m512 w23 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], 0x88), _mm512_shuffle_f32x4(u[2], u[3], 0xDD));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(w01, w23, 0x88), _mm512_shuffle_f32x4(w01, w23, 0xDD));
+}
+
+// A loader with kEvenOdd has Load32 (32 codes as two vectors; kEvenOdd:
+// the even channels, then the odd ones; their values Load's over kUnit32) runs QK four rows by four
+// keys at a time.
+template <typename L, typename = void>
+struct HasLoad32 : std::false_type {};
+template <typename L>
+struct HasLoad32<L, std::void_t<decltype(L::kEvenOdd)>> : std::true_type {};
+
+constexpr int64_t kQuadMaxD = 512;
+
+// Four query rows (q0, [4, d]) against keys [0, c) four at a time: sixteen
+// sums, reduced together (SumEach16Ps) instead of one by one. The rows are
+// first put in the loader's channel order. Returns the keys done (a
+// multiple of 4); d is a multiple of 32, at most kQuadMaxD.
+template <typename L>
+ATTN_DECODE512 int64_t QkQuad512(const float* q0, const typename L::T* k, int64_t c, int64_t d,
+                                 float* s, int64_t lds, const uint8_t* next) {
+  const int64_t tb = d * static_cast<int64_t>(sizeof(typename L::T));
+  alignas(64) float qp[4 * kQuadMaxD];
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  for (int64_t i = 0; i < 4 * d; i += 32) {
+    const __m512 a = _mm512_loadu_ps(q0 + i), b = _mm512_loadu_ps(q0 + i + 16);
+    _mm512_store_ps(qp + i, L::kEvenOdd ? _mm512_permutex2var_ps(a, even, b) : a);
+    _mm512_store_ps(qp + i + 16, L::kEvenOdd ? _mm512_permutex2var_ps(a, odd, b) : b);
+  }
+  int64_t j = 0;
+  for (; j + 4 <= c; j += 4) {
+    for (int64_t jj = j; jj < j + 4; ++jj) PrefetchToken(next, tb, jj);
+    __m512 acc[16];
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
+    const typename L::T* kj = k + j * d;
+    for (int64_t x = 0; x < d; x += 32) {
+      __m512 qa[4], qb[4];
+      for (int r = 0; r < 4; ++r) {
+        qa[r] = _mm512_load_ps(qp + r * d + x);
+        qb[r] = _mm512_load_ps(qp + r * d + x + 16);
+      }
+      for (int t = 0; t < 4; ++t) {  // acc[r * 4 + t]: row r, key j + t
+        __m512 ka, kb;
+        L::Load32(kj + t * d + x, &ka, &kb);
+        for (int r = 0; r < 4; ++r) {
+          acc[r * 4 + t] = _mm512_fmadd_ps(qa[r], ka, acc[r * 4 + t]);
+          acc[r * 4 + t] = _mm512_fmadd_ps(qb[r], kb, acc[r * 4 + t]);
+        }
+      }
+    }
+    __m512 sum = SumEach16Ps(acc);
+    if constexpr (L::kUnit32 != 1.0f) sum = _mm512_mul_ps(sum, _mm512_set1_ps(L::kUnit32));
+    _mm_storeu_ps(s + j, _mm512_extractf32x4_ps(sum, 0));
+    _mm_storeu_ps(s + lds + j, _mm512_extractf32x4_ps(sum, 1));
+    _mm_storeu_ps(s + 2 * lds + j, _mm512_extractf32x4_ps(sum, 2));
+    _mm_storeu_ps(s + 3 * lds + j, _mm512_extractf32x4_ps(sum, 3));
+  }
+  return j;
+}
+
 template <typename L>
 ATTN_DECODE512 void QkFast512(const float* q, int64_t rows, const typename L::T* k, int64_t c,
                               int64_t d, float* s, int64_t lds, const uint8_t* next) {
@@ -46,6 +125,10 @@ ATTN_DECODE512 void QkFast512(const float* q, int64_t rows, const typename L::T*
   for (; r + 4 <= rows; r += 4) {  // four rows against two keys: eight sums
     const float* q0 = q + r * d;
     int64_t j = 0;
+    if constexpr (HasLoad32<L>::value) {
+      if (d % 32 == 0 && d <= kQuadMaxD)
+        j = QkQuad512<L>(q0, k, c, d, s + r * lds, lds, r == 0 ? next : nullptr);
+    }
     for (; j + 2 <= c; j += 2) {
       if (r == 0) {
         PrefetchToken(next, tb, j);
@@ -120,6 +203,36 @@ ATTN_DECODE512 void QkFast512(const float* q, int64_t rows, const typename L::T*
   }
 }
 
+// Four rows (p0, ldp apart) by columns [x, x + 32) over keys [0, c),
+// from 32 codes a Load32: the sums start at 0 and are put back in column
+// order (kEvenOdd) and added to o0's rows (dv apart) times kUnit32.
+template <typename L>
+ATTN_DECODE512 void PvQuad512(const float* p0, int64_t ldp, const typename L::T* v, int64_t c,
+                              int64_t dv, int64_t x, float* o0, const SpreadPrefetch& pf) {
+  __m512 ev[4], od[4];
+  for (int i = 0; i < 4; ++i) ev[i] = od[i] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < c; ++j) {
+    pf(x / 32, j);
+    __m512 ve, vo;
+    L::Load32(v + j * dv + x, &ve, &vo);
+    for (int i = 0; i < 4; ++i) {
+      const __m512 w = _mm512_set1_ps(p0[i * ldp + j]);
+      ev[i] = _mm512_fmadd_ps(w, ve, ev[i]);
+      od[i] = _mm512_fmadd_ps(w, vo, od[i]);
+    }
+  }
+  const __m512i first = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i second = _mm512_add_epi32(first, _mm512_set1_epi32(8));
+  const __m512 unit = _mm512_set1_ps(L::kUnit32);
+  for (int i = 0; i < 4; ++i) {
+    float* oi = o0 + i * dv;
+    const __m512 a = L::kEvenOdd ? _mm512_permutex2var_ps(ev[i], first, od[i]) : ev[i];
+    const __m512 b = L::kEvenOdd ? _mm512_permutex2var_ps(ev[i], second, od[i]) : od[i];
+    _mm512_storeu_ps(oi, _mm512_fmadd_ps(a, unit, _mm512_loadu_ps(oi)));
+    _mm512_storeu_ps(oi + 16, _mm512_fmadd_ps(b, unit, _mm512_loadu_ps(oi + 16)));
+  }
+}
+
 template <typename L>
 ATTN_DECODE512 void PvFast512(const float* p, int64_t rows, int64_t ldp, const typename L::T* v,
                               int64_t c, int64_t dv, float* o, const uint8_t* next) {
@@ -130,6 +243,10 @@ ATTN_DECODE512 void PvFast512(const float* p, int64_t rows, int64_t ldp, const t
     const SpreadPrefetch pf(r == 0 ? next : nullptr, tb, c, dv / 32);
     int64_t x = 0;
     for (; x + 32 <= dv; x += 32) {
+      if constexpr (HasLoad32<L>::value) {
+        PvQuad512<L>(p0, ldp, v, c, dv, x, o + r * dv + x, pf);
+        continue;
+      }
       float* o0 = o + r * dv + x;
       __m512 a0 = _mm512_loadu_ps(o0), a1 = _mm512_loadu_ps(o0 + dv);
       __m512 a2 = _mm512_loadu_ps(o0 + 2 * dv), a3 = _mm512_loadu_ps(o0 + 3 * dv);
