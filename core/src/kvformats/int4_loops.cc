@@ -41,15 +41,22 @@ constexpr int64_t kGroup = 64;  // value channels a (scale, min), as format_int4
 // acc + the sums of four products u8 x s8 a lane.
 template <bool kVnni>
 ATTN_I4_VNNI inline __m512i Dot(__m512i acc, __m512i u, __m512i s) {
-  if constexpr (kVnni) return _mm512_dpbusd_epi32(acc, u, s);
+  if constexpr (kVnni) {  // (as int8_loops.cc's Dot32: the instruction itself)
+    asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
+    return acc;
+  }
   return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1)));
 }
 
-// Segment m (64 bytes) of a row of `bytes` codes; zeros past its end.
-ATTN_I4 inline __m512i Segment(const uint8_t* row, int64_t m, int64_t bytes) {
+// The bytes of segment m (64 bytes) of a row of `bytes` codes, and the
+// segment with zeros past the row's end: a masked load, not a branch (one
+// in the loops made GCC keep their sums in memory).
+inline __mmask64 SegmentMask(int64_t m, int64_t bytes) {
   const int64_t left = bytes - 64 * m;
-  if (left >= 64) return _mm512_loadu_si512(row + 64 * m);
-  return _mm512_maskz_loadu_epi8(static_cast<__mmask64>((uint64_t{1} << left) - 1), row + 64 * m);
+  return left >= 64 ? ~__mmask64{0} : static_cast<__mmask64>((uint64_t{1} << left) - 1);
+}
+ATTN_I4 inline __m512i Segment(const uint8_t* row, int64_t m, __mmask64 mask) {
+  return _mm512_maskz_loadu_epi8(mask, row + 64 * m);
 }
 
 ATTN_I4 inline __m512i Low(__m512i v) { return _mm512_and_si512(v, _mm512_set1_epi8(0x0F)); }
@@ -150,7 +157,10 @@ ATTN_I4 bool PrepareQuery(const float* q, int64_t rows, int64_t d, const float* 
 
 template <bool kVnni>
 ATTN_I4_VNNI inline __m512i Dot16(__m512i acc, __m512i a, __m512i b) {
-  if constexpr (kVnni) return _mm512_dpwssd_epi32(acc, a, b);
+  if constexpr (kVnni) {
+    asm("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+    return acc;
+  }
   return _mm512_add_epi32(acc, _mm512_madd_epi16(a, b));
 }
 
@@ -183,8 +193,9 @@ ATTN_I4_VNNI void Tile(const BlockQuery& bq, int64_t r0, const uint8_t* k, int64
   for (int t = 0; t < K; ++t) PrefetchToken(next, rb, j + t);
   for (int64_t m = 0; m < segs; ++m) {
     __m512i w[K];
+    const __mmask64 mask = SegmentMask(m, bytes);
 #pragma GCC unroll 16
-    for (int t = 0; t < K; ++t) w[t] = Segment(k + (j + t) * rb, m, bytes);
+    for (int t = 0; t < K; ++t) w[t] = Segment(k + (j + t) * rb, m, mask);
     const int16_t* q0 = bq.q.data() + (r0 * segs + m) * 128;
     TileVector<kVnni, R, K, 0>(w, q0, segs, acc);
     TileVector<kVnni, R, K, 1>(w, q0, segs, acc);
@@ -327,11 +338,21 @@ ATTN_I4_VNNI void PvPass(const RowWeights& rw, int64_t r0, const uint8_t* v, int
   for (int rr = 0; rr < R; ++rr) {
     for (auto& a : acc[rr]) a = _mm512_setzero_si512();
   }
+  // The next page's lines of this pass, two a step (ahead's share, at
+  // most 2), without a branch or a loop: with the SpreadPrefetch call here
+  // GCC kept the sums in memory. No `ahead`: a line of this page again.
+  const __mmask64 mask = SegmentMask(m, bytes);
+  const bool pf = ahead != nullptr && ahead->total > 0;
+  const uint8_t* pbase = pf ? ahead->next : v;
+  const int64_t plast = pf ? ahead->total - 1 : 0, pstep = pf ? ahead->per : 0;
+  const int64_t pfirst = pf ? chunk * ahead->c * ahead->per : 0;
   for (int64_t j = 0; j < c; j += 4) {
-    if (ahead != nullptr) (*ahead)(chunk, j / 4);
+    const int64_t pi = pfirst + j / 4 * pstep;
+    PrefetchLine(pbase + std::min(pi, plast) * 64);
+    PrefetchLine(pbase + std::min(pi + 1, plast) * 64);
     __m512i n[4];
     for (int t = 0; t < 4; ++t) {  // past c: any row (its weights are 0)
-      const __m512i x = Segment(v + std::min(j + t, c - 1) * rb, m, bytes);
+      const __m512i x = Segment(v + std::min(j + t, c - 1) * rb, m, mask);
       n[t] = _mm512_sub_epi8(high ? High(x) : Low(x), _mm512_set1_epi8(8));
     }
     const __m512i ab0 = _mm512_unpacklo_epi8(n[0], n[1]), ab1 = _mm512_unpackhi_epi8(n[0], n[1]);

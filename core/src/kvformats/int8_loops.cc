@@ -79,7 +79,12 @@ bool RoundRows(const float* q, int64_t rows, int64_t d, QRows* out) {
 
 template <bool kVnni>
 ATTN_I8_VNNI inline __m512i Dot32(__m512i acc, __m512i q, __m512i k) {
-  if constexpr (kVnni) return _mm512_dpwssd_epi32(acc, q, k);
+  // (GCC 12 moves the accumulator through another register and a stack
+  // slot around each _mm512_dpwssd_epi32: the instruction itself, here.)
+  if constexpr (kVnni) {
+    asm("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(q), "v"(k));
+    return acc;
+  }
   return _mm512_add_epi32(acc, _mm512_madd_epi16(q, k));
 }
 
@@ -323,26 +328,40 @@ ATTN_I8_512 inline void AddPairSums(__m512i lo, __m512i hi, float scale, float* 
 // R rows (1 to 4) by 32 columns at x, over tokens [0, c) of v.
 // `ahead` (or null): lines of the page read next, one prefetched a token
 // pair (a burst of them at once stalled on the fill buffers).
+// Tokens 2t and 2t + 1 (a and b, as int16) into R rows' sums.
+template <bool kVnni, int R>
+__attribute__((always_inline)) ATTN_I8_VNNI inline void PvPair(const int32_t* pairs, int64_t np,
+                                                               int64_t t, __m512i a, __m512i b,
+                                                               __m512i* lo, __m512i* hi) {
+  const __m512i ilo = _mm512_unpacklo_epi16(a, b), ihi = _mm512_unpackhi_epi16(a, b);
+  for (int i = 0; i < R; ++i) {
+    const __m512i w = _mm512_set1_epi32(pairs[i * np + t]);
+    lo[i] = Dot32<kVnni>(lo[i], ilo, w);
+    hi[i] = Dot32<kVnni>(hi[i], ihi, w);
+  }
+}
+
+// R rows (1 to 4) by 32 columns at x, over tokens [0, c) of v.
+// `ahead` (or null): lines of the page read next, one prefetched a token
+// pair (a burst of them at once stalled on the fill buffers).
 template <bool kVnni, int R>
 ATTN_I8_VNNI void PvRows512(const int32_t* pairs, int64_t np, const float* scale, const int8_t* v,
                             int64_t c, int64_t dv, int64_t x, float* o, const uint8_t* ahead,
                             int64_t ahead_lines) {
   __m512i lo[R], hi[R];
   for (int i = 0; i < R; ++i) lo[i] = hi[i] = _mm512_setzero_si512();
-  const __m256i zero = _mm256_setzero_si256();
-  for (int64_t t = 0; t < np; ++t) {
-    const int64_t j = 2 * t;
-    if (t < ahead_lines) asm volatile("prefetcht0 %0" : : "m"(*(ahead + t * 64)));
-    const __m512i a = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(v + j * dv + x)));
-    const __m512i b = _mm512_cvtepi8_epi16(
-        j + 1 < c ? _mm256_loadu_si256((const __m256i*)(v + (j + 1) * dv + x)) : zero);
-    const __m512i ilo = _mm512_unpacklo_epi16(a, b), ihi = _mm512_unpackhi_epi16(a, b);
-    for (int i = 0; i < R; ++i) {
-      const __m512i w = _mm512_set1_epi32(pairs[i * np + t]);
-      lo[i] = Dot32<kVnni>(lo[i], ilo, w);
-      hi[i] = Dot32<kVnni>(hi[i], ihi, w);
-    }
+  auto row = [&](int64_t j) ATTN_I8_512 {
+    return _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(v + j * dv + x)));
+  };
+  const int64_t full = c / 2, with = std::min(ahead_lines, full);
+  int64_t t = 0;
+  for (; t < with; ++t) {
+    PrefetchLine(ahead + t * 64);
+    PvPair<kVnni, R>(pairs, np, t, row(2 * t), row(2 * t + 1), lo, hi);
   }
+  for (; t < full; ++t) PvPair<kVnni, R>(pairs, np, t, row(2 * t), row(2 * t + 1), lo, hi);
+  for (; t < ahead_lines; ++t) PrefetchLine(ahead + t * 64);
+  if (c % 2 != 0) PvPair<kVnni, R>(pairs, np, full, row(c - 1), _mm512_setzero_si512(), lo, hi);
   for (int i = 0; i < R; ++i) AddPairSums(lo[i], hi[i], scale[i], o + i * dv + x);
 }
 
