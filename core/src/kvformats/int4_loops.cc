@@ -346,6 +346,13 @@ ATTN_I4_VNNI void PvPass(const RowWeights& rw, int64_t r0, const uint8_t* v, int
   const uint8_t* pbase = pf ? ahead->next : v;
   const int64_t plast = pf ? ahead->total - 1 : 0, pstep = pf ? ahead->per : 0;
   const int64_t pfirst = pf ? chunk * ahead->c * ahead->per : 0;
+  const __m128i shift = _mm_cvtsi32_si128(high ? 4 : 0);
+  const uint8_t *w0p[R], *w1p[R];  // rows' weights of the segment's two groups
+  for (int rr = 0; rr < R; ++rr) {
+    const uint8_t* wr = rw.w.data() + (r0 + rr) * groups * cp;
+    w0p[rr] = wr + g0 * cp;
+    w1p[rr] = wr + g1 * cp;
+  }
   for (int64_t j = 0; j < c; j += 4) {
     const int64_t pi = pfirst + j / 4 * pstep;
     PrefetchLine(pbase + std::min(pi, plast) * 64);
@@ -353,23 +360,24 @@ ATTN_I4_VNNI void PvPass(const RowWeights& rw, int64_t r0, const uint8_t* v, int
     __m512i n[4];
     for (int t = 0; t < 4; ++t) {  // past c: any row (its weights are 0)
       const __m512i x = Segment(v + std::min(j + t, c - 1) * rb, m, mask);
-      n[t] = _mm512_sub_epi8(high ? High(x) : Low(x), _mm512_set1_epi8(8));
+      n[t] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srl_epi16(x, shift), _mm512_set1_epi8(0x0F)),
+                             _mm512_set1_epi8(8));
     }
     const __m512i ab0 = _mm512_unpacklo_epi8(n[0], n[1]), ab1 = _mm512_unpackhi_epi8(n[0], n[1]);
     const __m512i cd0 = _mm512_unpacklo_epi8(n[2], n[3]), cd1 = _mm512_unpackhi_epi8(n[2], n[3]);
     const __m512i u[4] = {_mm512_unpacklo_epi16(ab0, cd0), _mm512_unpackhi_epi16(ab0, cd0),
                           _mm512_unpacklo_epi16(ab1, cd1), _mm512_unpackhi_epi16(ab1, cd1)};
     for (int rr = 0; rr < R; ++rr) {
-      const uint8_t* wr = rw.w.data() + (r0 + rr) * groups * cp;
       int32_t w0, w1;
-      std::memcpy(&w0, wr + g0 * cp + j, 4);
-      std::memcpy(&w1, wr + g1 * cp + j, 4);
+      std::memcpy(&w0, w0p[rr] + j, 4);
+      std::memcpy(&w1, w1p[rr] + j, 4);
       const __m512i w = _mm512_mask_set1_epi32(_mm512_set1_epi32(w0), 0xFF00, w1);
       for (int k = 0; k < 4; ++k) acc[rr][k] = Dot<kVnni>(acc[rr][k], w, u[k]);
     }
   }
   // Lane L of the four vectors: channels 32 L + (16 if high) + [0, 16).
   const int64_t chunks = std::min<int64_t>(4, (bytes - 64 * m) / 16);
+#pragma GCC unroll 4
   for (int rr = 0; rr < R; ++rr) {
     const __m512i t0 = _mm512_shuffle_i32x4(acc[rr][0], acc[rr][1], 0x44);
     const __m512i t1 = _mm512_shuffle_i32x4(acc[rr][2], acc[rr][3], 0x44);
