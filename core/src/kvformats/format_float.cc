@@ -30,13 +30,7 @@ struct LoadF16 {
 };
 struct Load512F32 {
   using T = float;
-  static constexpr bool kEvenOdd = false;
-  static constexpr float kUnit32 = 1.0f;
   ATTN_DECODE512 static __m512 Load(const float* p) { return _mm512_loadu_ps(p); }
-  ATTN_DECODE512 static void Load32(const float* p, __m512* a, __m512* b) {
-    *a = Load(p);
-    *b = Load(p + 16);
-  }
 };
 // Load32 takes 32 values as 16 pairs: a pair's even value is its low
 // half shifted up, its odd value its high half masked (two instructions
@@ -58,14 +52,8 @@ struct Load512Bf16 {
 };
 struct Load512F16 {
   using T = uint16_t;
-  static constexpr bool kEvenOdd = false;
-  static constexpr float kUnit32 = 1.0f;
   ATTN_DECODE512 static __m512 Load(const uint16_t* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  }
-  ATTN_DECODE512 static void Load32(const uint16_t* p, __m512* a, __m512* b) {
-    *a = Load(p);
-    *b = Load(p + 16);
   }
 };
 

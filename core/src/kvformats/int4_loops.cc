@@ -41,7 +41,7 @@ constexpr int64_t kGroup = 64;  // value channels a (scale, min), as format_int4
 // acc + the sums of four products u8 x s8 a lane.
 template <bool kVnni>
 ATTN_I4_VNNI inline __m512i Dot(__m512i acc, __m512i u, __m512i s) {
-  if constexpr (kVnni) {  // (as int8_loops.cc's Dot32: the instruction itself)
+  if constexpr (kVnni) {  // (as DotWords: the instruction itself)
     asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
     return acc;
   }
@@ -57,11 +57,6 @@ inline __mmask64 SegmentMask(int64_t m, int64_t bytes) {
 }
 ATTN_I4 inline __m512i Segment(const uint8_t* row, int64_t m, __mmask64 mask) {
   return _mm512_maskz_loadu_epi8(mask, row + 64 * m);
-}
-
-ATTN_I4 inline __m512i Low(__m512i v) { return _mm512_and_si512(v, _mm512_set1_epi8(0x0F)); }
-ATTN_I4 inline __m512i High(__m512i v) {
-  return _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0F));
 }
 
 // ---- QK -------------------------------------------------------------------
@@ -155,15 +150,6 @@ ATTN_I4 bool PrepareQuery(const float* q, int64_t rows, int64_t d, const float* 
   return true;
 }
 
-template <bool kVnni>
-ATTN_I4_VNNI inline __m512i Dot16(__m512i acc, __m512i a, __m512i b) {
-  if constexpr (kVnni) {
-    asm("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
-    return acc;
-  }
-  return _mm512_add_epi32(acc, _mm512_madd_epi16(a, b));
-}
-
 // acc[4 rr + t] += row rr's int16 query (segs * 128 apart from q0) times
 // key t's codes of vector kV.
 template <bool kVnni, int R, int K, int kV>
@@ -176,7 +162,7 @@ ATTN_I4_VNNI inline void TileVector(const __m512i* w, const int16_t* q0, int64_t
   for (int rr = 0; rr < R; ++rr) {
     const __m512i qv = _mm512_loadu_si512(q0 + rr * segs * 128 + 32 * kV);
 #pragma GCC unroll 16
-    for (int t = 0; t < K; ++t) acc[rr * 4 + t] = Dot16<kVnni>(acc[rr * 4 + t], n[t], qv);
+    for (int t = 0; t < K; ++t) acc[rr * 4 + t] = DotWords<kVnni>(acc[rr * 4 + t], n[t], qv);
   }
 }
 
@@ -338,14 +324,10 @@ ATTN_I4_VNNI void PvPass(const RowWeights& rw, int64_t r0, const uint8_t* v, int
   for (int rr = 0; rr < R; ++rr) {
     for (auto& a : acc[rr]) a = _mm512_setzero_si512();
   }
-  // The next page's lines of this pass, two a step (ahead's share, at
-  // most 2), without a branch or a loop: with the SpreadPrefetch call here
-  // GCC kept the sums in memory. No `ahead`: a line of this page again.
+  // The next page's lines of this pass, two a step (ahead's share is at
+  // most 2); no `ahead`: a line of this page again.
+  const SpreadPrefetch pf = ahead != nullptr ? *ahead : SpreadPrefetch(nullptr, 0, 0, 1);
   const __mmask64 mask = SegmentMask(m, bytes);
-  const bool pf = ahead != nullptr && ahead->total > 0;
-  const uint8_t* pbase = pf ? ahead->next : v;
-  const int64_t plast = pf ? ahead->total - 1 : 0, pstep = pf ? ahead->per : 0;
-  const int64_t pfirst = pf ? chunk * ahead->c * ahead->per : 0;
   const __m128i shift = _mm_cvtsi32_si128(high ? 4 : 0);
   const uint8_t *w0p[R], *w1p[R];  // rows' weights of the segment's two groups
   for (int rr = 0; rr < R; ++rr) {
@@ -354,9 +336,7 @@ ATTN_I4_VNNI void PvPass(const RowWeights& rw, int64_t r0, const uint8_t* v, int
     w1p[rr] = wr + g1 * cp;
   }
   for (int64_t j = 0; j < c; j += 4) {
-    const int64_t pi = pfirst + j / 4 * pstep;
-    PrefetchLine(pbase + std::min(pi, plast) * 64);
-    PrefetchLine(pbase + std::min(pi + 1, plast) * 64);
+    pf.Two(chunk, j / 4, v);
     __m512i n[4];
     for (int t = 0; t < 4; ++t) {  // past c: any row (its weights are 0)
       const __m512i x = Segment(v + std::min(j + t, c - 1) * rb, m, mask);

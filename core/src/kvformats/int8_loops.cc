@@ -77,17 +77,6 @@ bool RoundRows(const float* q, int64_t rows, int64_t d, QRows* out) {
   return true;
 }
 
-template <bool kVnni>
-ATTN_I8_VNNI inline __m512i Dot32(__m512i acc, __m512i q, __m512i k) {
-  // (GCC 12 moves the accumulator through another register and a stack
-  // slot around each _mm512_dpwssd_epi32: the instruction itself, here.)
-  if constexpr (kVnni) {
-    asm("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(q), "v"(k));
-    return acc;
-  }
-  return _mm512_add_epi32(acc, _mm512_madd_epi16(q, k));
-}
-
 ATTN_I8_512 inline __m256 FoldI(__m512i a) {
   const __m512 f = _mm512_cvtepi32_ps(a);
   return _mm256_add_ps(_mm512_castps512_ps256(f),
@@ -116,7 +105,7 @@ ATTN_I8_VNNI int64_t QkFourByFour(const int16_t* q0, const float* scale, const i
         qv[t] = _mm512_loadu_si512(q0 + t * d + x);
       }
       for (int rr = 0; rr < 4; ++rr) {
-        for (int t = 0; t < 4; ++t) a[rr * 4 + t] = Dot32<kVnni>(a[rr * 4 + t], qv[rr], kv[t]);
+        for (int t = 0; t < 4; ++t) a[rr * 4 + t] = DotWords<kVnni>(a[rr * 4 + t], qv[rr], kv[t]);
       }
     }
     // Block rr of the sums: row rr's four keys.
@@ -152,14 +141,14 @@ ATTN_I8_VNNI void QkI16x512(const QRows& qr, int64_t rows, const int8_t* k, int6
         const __m512i q0v = _mm512_loadu_si512(q0 + x), q1v = _mm512_loadu_si512(q0 + d + x);
         const __m512i q2v = _mm512_loadu_si512(q0 + 2 * d + x);
         const __m512i q3v = _mm512_loadu_si512(q0 + 3 * d + x);
-        a0 = Dot32<kVnni>(a0, q0v, k0);
-        a1 = Dot32<kVnni>(a1, q1v, k0);
-        a2 = Dot32<kVnni>(a2, q2v, k0);
-        a3 = Dot32<kVnni>(a3, q3v, k0);
-        b0 = Dot32<kVnni>(b0, q0v, k1);
-        b1 = Dot32<kVnni>(b1, q1v, k1);
-        b2 = Dot32<kVnni>(b2, q2v, k1);
-        b3 = Dot32<kVnni>(b3, q3v, k1);
+        a0 = DotWords<kVnni>(a0, q0v, k0);
+        a1 = DotWords<kVnni>(a1, q1v, k0);
+        a2 = DotWords<kVnni>(a2, q2v, k0);
+        a3 = DotWords<kVnni>(a3, q3v, k0);
+        b0 = DotWords<kVnni>(b0, q0v, k1);
+        b1 = DotWords<kVnni>(b1, q1v, k1);
+        b2 = DotWords<kVnni>(b2, q2v, k1);
+        b3 = DotWords<kVnni>(b3, q3v, k1);
       }
       alignas(16) float out[8];
       _mm_store_ps(out, Sum4(FoldI(a0), FoldI(a1), FoldI(a2), FoldI(a3)));
@@ -176,10 +165,10 @@ ATTN_I8_VNNI void QkI16x512(const QRows& qr, int64_t rows, const int8_t* k, int6
       __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
       for (int64_t x = 0; x < d; x += 32) {
         const __m512i kv = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(kj + x)));
-        a0 = Dot32<kVnni>(a0, _mm512_loadu_si512(q0 + x), kv);
-        a1 = Dot32<kVnni>(a1, _mm512_loadu_si512(q0 + d + x), kv);
-        a2 = Dot32<kVnni>(a2, _mm512_loadu_si512(q0 + 2 * d + x), kv);
-        a3 = Dot32<kVnni>(a3, _mm512_loadu_si512(q0 + 3 * d + x), kv);
+        a0 = DotWords<kVnni>(a0, _mm512_loadu_si512(q0 + x), kv);
+        a1 = DotWords<kVnni>(a1, _mm512_loadu_si512(q0 + d + x), kv);
+        a2 = DotWords<kVnni>(a2, _mm512_loadu_si512(q0 + 2 * d + x), kv);
+        a3 = DotWords<kVnni>(a3, _mm512_loadu_si512(q0 + 3 * d + x), kv);
       }
       alignas(16) float out[4];
       _mm_store_ps(out, Sum4(FoldI(a0), FoldI(a1), FoldI(a2), FoldI(a3)));
@@ -199,13 +188,13 @@ ATTN_I8_VNNI void QkI16x512(const QRows& qr, int64_t rows, const int8_t* k, int6
       for (int64_t x = 0; x < d; x += 32) {
         const __m512i qv = _mm512_loadu_si512(q0 + x);
         const int8_t* kx = kj + x;
-        a0 = Dot32<kVnni>(a0, qv, _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)kx)));
-        a1 = Dot32<kVnni>(a1, qv,
-                          _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(kx + d))));
-        a2 = Dot32<kVnni>(a2, qv,
-                          _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(kx + 2 * d))));
-        a3 = Dot32<kVnni>(a3, qv,
-                          _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(kx + 3 * d))));
+        a0 = DotWords<kVnni>(a0, qv, _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)kx)));
+        a1 = DotWords<kVnni>(a1, qv,
+                             _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(kx + d))));
+        a2 = DotWords<kVnni>(
+            a2, qv, _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(kx + 2 * d))));
+        a3 = DotWords<kVnni>(
+            a3, qv, _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(kx + 3 * d))));
       }
       _mm_storeu_ps(s + r * lds + j,
                     _mm_mul_ps(Sum4(FoldI(a0), FoldI(a1), FoldI(a2), FoldI(a3)), _mm_set1_ps(sc)));
@@ -214,8 +203,9 @@ ATTN_I8_VNNI void QkI16x512(const QRows& qr, int64_t rows, const int8_t* k, int6
       if (r == 0) PrefetchToken(next, d, j);
       __m512i a = _mm512_setzero_si512();
       for (int64_t x = 0; x < d; x += 32) {
-        a = Dot32<kVnni>(a, _mm512_loadu_si512(q0 + x),
-                         _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(k + j * d + x))));
+        a = DotWords<kVnni>(
+            a, _mm512_loadu_si512(q0 + x),
+            _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(k + j * d + x))));
       }
       s[r * lds + j] = static_cast<float>(_mm512_reduce_add_epi32(a)) * sc;
     }
@@ -325,9 +315,6 @@ ATTN_I8_512 inline void AddPairSums(__m512i lo, __m512i hi, float scale, float* 
       o + 16, _mm512_fmadd_ps(_mm512_permutex2var_ps(l, second, h), sc, _mm512_loadu_ps(o + 16)));
 }
 
-// R rows (1 to 4) by 32 columns at x, over tokens [0, c) of v.
-// `ahead` (or null): lines of the page read next, one prefetched a token
-// pair (a burst of them at once stalled on the fill buffers).
 // Tokens 2t and 2t + 1 (a and b, as int16) into R rows' sums.
 template <bool kVnni, int R>
 __attribute__((always_inline)) ATTN_I8_VNNI inline void PvPair(const int32_t* pairs, int64_t np,
@@ -336,8 +323,8 @@ __attribute__((always_inline)) ATTN_I8_VNNI inline void PvPair(const int32_t* pa
   const __m512i ilo = _mm512_unpacklo_epi16(a, b), ihi = _mm512_unpackhi_epi16(a, b);
   for (int i = 0; i < R; ++i) {
     const __m512i w = _mm512_set1_epi32(pairs[i * np + t]);
-    lo[i] = Dot32<kVnni>(lo[i], ilo, w);
-    hi[i] = Dot32<kVnni>(hi[i], ihi, w);
+    lo[i] = DotWords<kVnni>(lo[i], ilo, w);
+    hi[i] = DotWords<kVnni>(hi[i], ihi, w);
   }
 }
 

@@ -52,6 +52,15 @@ struct SpreadPrefetch {
       PrefetchLine(next + i * 64);
     }
   }
+  // The first two lines of the same share, without a branch or a loop (in
+  // a loop body where either made GCC keep the sums in memory): past the
+  // last line, the last line again; no `next`, `idle` (a line in cache).
+  void Two(int64_t k, int64_t j, const uint8_t* idle) const {
+    const uint8_t* base = total > 0 ? next : idle;
+    const int64_t last = total > 0 ? total - 1 : 0, i = (k * c + j) * per;
+    PrefetchLine(base + std::min(i, last) * 64);
+    PrefetchLine(base + std::min(i + 1, last) * 64);
+  }
 };
 
 // The AVX-512 loops run for this width (D or Dv): a multiple of 16 on the

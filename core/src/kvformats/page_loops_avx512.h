@@ -40,6 +40,20 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) inline __m512i Sum
                           _mm512_shuffle_i32x4(w01, w23, 0xDD));
 }
 
+// acc + the sums of pairs of int16 products a lane: VPDPWSSD with VNNI
+// (as an asm statement: around _mm512_dpwssd_epi32 GCC 12 moves the sum
+// through another register and a stack slot), VPMADDWD and an add
+// without. (Its target is a subset of the VNNI callers'.)
+template <bool kVnni>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma"))) inline __m512i DotWords(
+    __m512i acc, __m512i a, __m512i b) {
+  if constexpr (kVnni) {
+    asm("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+    return acc;
+  }
+  return _mm512_add_epi32(acc, _mm512_madd_epi16(a, b));
+}
+
 // Sixteen float vectors to one: lane i the sum of v[i]'s lanes (as
 // SumEach16).
 ATTN_DECODE512 inline __m512 SumEach16Ps(const __m512* v) {
@@ -60,13 +74,27 @@ ATTN_DECODE512 inline __m512 SumEach16Ps(const __m512* v) {
   return _mm512_add_ps(_mm512_shuffle_f32x4(w01, w23, 0x88), _mm512_shuffle_f32x4(w01, w23, 0xDD));
 }
 
-// A loader with kEvenOdd has Load32 (32 codes as two vectors; kEvenOdd:
-// the even channels, then the odd ones; their values Load's over kUnit32) runs QK four rows by four
-// keys at a time.
+// A Load policy's 32 codes at a time for the four-row loops: two Loads
+// (channels x..x+15, x+16..x+31), or the policy's own Load32 where it
+// declares kEvenOdd (true: the even channels, then the odd ones) and
+// kUnit32 (its values are Load's over kUnit32).
 template <typename L, typename = void>
-struct HasLoad32 : std::false_type {};
+struct Pairs {
+  static constexpr bool kEvenOdd = false;
+  static constexpr float kUnit = 1.0f;
+  ATTN_DECODE512 static void Load(const typename L::T* p, __m512* a, __m512* b) {
+    *a = L::Load(p);
+    *b = L::Load(p + 16);
+  }
+};
 template <typename L>
-struct HasLoad32<L, std::void_t<decltype(L::kEvenOdd)>> : std::true_type {};
+struct Pairs<L, std::void_t<decltype(L::kEvenOdd)>> {
+  static constexpr bool kEvenOdd = L::kEvenOdd;
+  static constexpr float kUnit = L::kUnit32;
+  ATTN_DECODE512 static void Load(const typename L::T* p, __m512* a, __m512* b) {
+    L::Load32(p, a, b);
+  }
+};
 
 constexpr int64_t kQuadMaxD = 512;
 
@@ -74,7 +102,7 @@ constexpr int64_t kQuadMaxD = 512;
 // sums, reduced together (SumEach16Ps) instead of one by one. The rows are
 // first put in the loader's channel order. Returns the keys done (a
 // multiple of 4); d is a multiple of 32, at most kQuadMaxD.
-template <typename L>
+template <typename L, typename P = Pairs<L>>
 ATTN_DECODE512 int64_t QkQuad512(const float* q0, const typename L::T* k, int64_t c, int64_t d,
                                  float* s, int64_t lds, const uint8_t* next) {
   const int64_t tb = d * static_cast<int64_t>(sizeof(typename L::T));
@@ -83,8 +111,8 @@ ATTN_DECODE512 int64_t QkQuad512(const float* q0, const typename L::T* k, int64_
   const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
   for (int64_t i = 0; i < 4 * d; i += 32) {
     const __m512 a = _mm512_loadu_ps(q0 + i), b = _mm512_loadu_ps(q0 + i + 16);
-    _mm512_store_ps(qp + i, L::kEvenOdd ? _mm512_permutex2var_ps(a, even, b) : a);
-    _mm512_store_ps(qp + i + 16, L::kEvenOdd ? _mm512_permutex2var_ps(a, odd, b) : b);
+    _mm512_store_ps(qp + i, P::kEvenOdd ? _mm512_permutex2var_ps(a, even, b) : a);
+    _mm512_store_ps(qp + i + 16, P::kEvenOdd ? _mm512_permutex2var_ps(a, odd, b) : b);
   }
   int64_t j = 0;
   for (; j + 4 <= c; j += 4) {
@@ -100,7 +128,7 @@ ATTN_DECODE512 int64_t QkQuad512(const float* q0, const typename L::T* k, int64_
       }
       for (int t = 0; t < 4; ++t) {  // acc[r * 4 + t]: row r, key j + t
         __m512 ka, kb;
-        L::Load32(kj + t * d + x, &ka, &kb);
+        P::Load(kj + t * d + x, &ka, &kb);
         for (int r = 0; r < 4; ++r) {
           acc[r * 4 + t] = _mm512_fmadd_ps(qa[r], ka, acc[r * 4 + t]);
           acc[r * 4 + t] = _mm512_fmadd_ps(qb[r], kb, acc[r * 4 + t]);
@@ -108,7 +136,7 @@ ATTN_DECODE512 int64_t QkQuad512(const float* q0, const typename L::T* k, int64_
       }
     }
     __m512 sum = SumEach16Ps(acc);
-    if constexpr (L::kUnit32 != 1.0f) sum = _mm512_mul_ps(sum, _mm512_set1_ps(L::kUnit32));
+    if constexpr (P::kUnit != 1.0f) sum = _mm512_mul_ps(sum, _mm512_set1_ps(P::kUnit));
     _mm_storeu_ps(s + j, _mm512_extractf32x4_ps(sum, 0));
     _mm_storeu_ps(s + lds + j, _mm512_extractf32x4_ps(sum, 1));
     _mm_storeu_ps(s + 2 * lds + j, _mm512_extractf32x4_ps(sum, 2));
@@ -125,9 +153,8 @@ ATTN_DECODE512 void QkFast512(const float* q, int64_t rows, const typename L::T*
   for (; r + 4 <= rows; r += 4) {  // four rows against two keys: eight sums
     const float* q0 = q + r * d;
     int64_t j = 0;
-    if constexpr (HasLoad32<L>::value) {
-      if (d % 32 == 0 && d <= kQuadMaxD)
-        j = QkQuad512<L>(q0, k, c, d, s + r * lds, lds, r == 0 ? next : nullptr);
+    if (d % 32 == 0 && d <= kQuadMaxD) {
+      j = QkQuad512<L>(q0, k, c, d, s + r * lds, lds, r == 0 ? next : nullptr);
     }
     for (; j + 2 <= c; j += 2) {
       if (r == 0) {
@@ -204,9 +231,9 @@ ATTN_DECODE512 void QkFast512(const float* q, int64_t rows, const typename L::T*
 }
 
 // Four rows (p0, ldp apart) by columns [x, x + 32) over keys [0, c),
-// from 32 codes a Load32: the sums start at 0 and are put back in column
-// order (kEvenOdd) and added to o0's rows (dv apart) times kUnit32.
-template <typename L>
+// from 32 codes at a time (Pairs): the sums start at 0 and are put back in
+// column order (kEvenOdd) and added to o0's rows (dv apart) times kUnit.
+template <typename L, typename P = Pairs<L>>
 ATTN_DECODE512 void PvQuad512(const float* p0, int64_t ldp, const typename L::T* v, int64_t c,
                               int64_t dv, int64_t x, float* o0, const SpreadPrefetch& pf) {
   __m512 ev[4], od[4];
@@ -214,7 +241,7 @@ ATTN_DECODE512 void PvQuad512(const float* p0, int64_t ldp, const typename L::T*
   for (int64_t j = 0; j < c; ++j) {
     pf(x / 32, j);
     __m512 ve, vo;
-    L::Load32(v + j * dv + x, &ve, &vo);
+    P::Load(v + j * dv + x, &ve, &vo);
     for (int i = 0; i < 4; ++i) {
       const __m512 w = _mm512_set1_ps(p0[i * ldp + j]);
       ev[i] = _mm512_fmadd_ps(w, ve, ev[i]);
@@ -223,11 +250,11 @@ ATTN_DECODE512 void PvQuad512(const float* p0, int64_t ldp, const typename L::T*
   }
   const __m512i first = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
   const __m512i second = _mm512_add_epi32(first, _mm512_set1_epi32(8));
-  const __m512 unit = _mm512_set1_ps(L::kUnit32);
+  const __m512 unit = _mm512_set1_ps(P::kUnit);
   for (int i = 0; i < 4; ++i) {
     float* oi = o0 + i * dv;
-    const __m512 a = L::kEvenOdd ? _mm512_permutex2var_ps(ev[i], first, od[i]) : ev[i];
-    const __m512 b = L::kEvenOdd ? _mm512_permutex2var_ps(ev[i], second, od[i]) : od[i];
+    const __m512 a = P::kEvenOdd ? _mm512_permutex2var_ps(ev[i], first, od[i]) : ev[i];
+    const __m512 b = P::kEvenOdd ? _mm512_permutex2var_ps(ev[i], second, od[i]) : od[i];
     _mm512_storeu_ps(oi, _mm512_fmadd_ps(a, unit, _mm512_loadu_ps(oi)));
     _mm512_storeu_ps(oi + 16, _mm512_fmadd_ps(b, unit, _mm512_loadu_ps(oi + 16)));
   }
@@ -242,39 +269,7 @@ ATTN_DECODE512 void PvFast512(const float* p, int64_t rows, int64_t ldp, const t
     const float* p0 = p + r * ldp;
     const SpreadPrefetch pf(r == 0 ? next : nullptr, tb, c, dv / 32);
     int64_t x = 0;
-    for (; x + 32 <= dv; x += 32) {
-      if constexpr (HasLoad32<L>::value) {
-        PvQuad512<L>(p0, ldp, v, c, dv, x, o + r * dv + x, pf);
-        continue;
-      }
-      float* o0 = o + r * dv + x;
-      __m512 a0 = _mm512_loadu_ps(o0), a1 = _mm512_loadu_ps(o0 + dv);
-      __m512 a2 = _mm512_loadu_ps(o0 + 2 * dv), a3 = _mm512_loadu_ps(o0 + 3 * dv);
-      __m512 b0 = _mm512_loadu_ps(o0 + 16), b1 = _mm512_loadu_ps(o0 + dv + 16);
-      __m512 b2 = _mm512_loadu_ps(o0 + 2 * dv + 16), b3 = _mm512_loadu_ps(o0 + 3 * dv + 16);
-      for (int64_t j = 0; j < c; ++j) {
-        pf(x / 32, j);
-        const __m512 v0 = L::Load(v + j * dv + x), v1 = L::Load(v + j * dv + x + 16);
-        const __m512 w0 = _mm512_set1_ps(p0[j]), w1 = _mm512_set1_ps(p0[ldp + j]);
-        const __m512 w2 = _mm512_set1_ps(p0[2 * ldp + j]), w3 = _mm512_set1_ps(p0[3 * ldp + j]);
-        a0 = _mm512_fmadd_ps(w0, v0, a0);
-        a1 = _mm512_fmadd_ps(w1, v0, a1);
-        a2 = _mm512_fmadd_ps(w2, v0, a2);
-        a3 = _mm512_fmadd_ps(w3, v0, a3);
-        b0 = _mm512_fmadd_ps(w0, v1, b0);
-        b1 = _mm512_fmadd_ps(w1, v1, b1);
-        b2 = _mm512_fmadd_ps(w2, v1, b2);
-        b3 = _mm512_fmadd_ps(w3, v1, b3);
-      }
-      _mm512_storeu_ps(o0, a0);
-      _mm512_storeu_ps(o0 + dv, a1);
-      _mm512_storeu_ps(o0 + 2 * dv, a2);
-      _mm512_storeu_ps(o0 + 3 * dv, a3);
-      _mm512_storeu_ps(o0 + 16, b0);
-      _mm512_storeu_ps(o0 + dv + 16, b1);
-      _mm512_storeu_ps(o0 + 2 * dv + 16, b2);
-      _mm512_storeu_ps(o0 + 3 * dv + 16, b3);
-    }
+    for (; x + 32 <= dv; x += 32) PvQuad512<L>(p0, ldp, v, c, dv, x, o + r * dv + x, pf);
     for (; x < dv; x += 16) {
       float* o0 = o + r * dv + x;
       __m512 a0 = _mm512_loadu_ps(o0), a1 = _mm512_loadu_ps(o0 + dv);
