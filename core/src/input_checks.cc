@@ -57,6 +57,12 @@ bool ComputesBf16(ComputePrecision precision, bool need_weights) {
   return precision == ComputePrecision::kBFloat16 && !need_weights && Bf16ComputeAvailable();
 }
 
+double Bf16KeyValueBytes(bool bf16_compute, const TensorView& k, const TensorView& v) {
+  if (!bf16_compute || k.dtype == DataType::kBFloat16) return 0.0;
+  return 2.0 *
+         (static_cast<double>(NumElements(k.shape)) + static_cast<double>(NumElements(v.shape)));
+}
+
 Status CheckBf16Allowed(const TensorView& q, bool bf16_compute) {
   if (q.dtype == DataType::kBFloat16 && !bf16_compute) {
     return Status::InvalidArgument(

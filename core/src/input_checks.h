@@ -26,6 +26,10 @@ Status CheckSameDtype(const TensorView& query, const TensorView& key, const Tens
 // weights (the exact path has no bf16 variant), where Bf16ComputeAvailable().
 bool ComputesBf16(ComputePrecision precision, bool need_weights);
 
+// The bytes of the bf16 copies a bf16 call makes of float32 keys and values
+// (KeyValuesInBf16, kernels/block_operands.h): an estimate's scratch.
+double Bf16KeyValueBytes(bool bf16_compute, const TensorView& k, const TensorView& v);
+
 // A bfloat16 query (and so key and value) only in a call that computes bf16.
 Status CheckBf16Allowed(const TensorView& query, bool bf16_compute);
 

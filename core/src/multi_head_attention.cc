@@ -268,8 +268,11 @@ StatusOr<MhaPlan> PlanMha(const ProjectionWeights& w, const TensorView& query,
   plan.cost.result_bytes = 4.0 * (b * dq * static_cast<double>(eo) +
                                   (opt.average_weights ? weights_elems / hq : weights_elems) +
                                   (opt.score.return_lse ? b * hq * dq : 0.0));
+  // The projections (float32), and in bf16 the keys' and values' bf16
+  // copies (KeyValuesInBf16, kernels/block_operands.h).
   plan.cost.scratch_bytes =
-      4.0 * (b * dq * (de + dev) + b * dk * static_cast<double>(ek + evp) + weights_elems);
+      4.0 * (b * dq * (de + dev) + b * dk * static_cast<double>(ek + evp) + weights_elems) +
+      (p.bf16 ? 2.0 * b * dk * static_cast<double>(ek + evp) : 0.0);
   return plan;
 }
 

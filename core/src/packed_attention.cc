@@ -164,6 +164,7 @@ StatusOr<PackedPlan> PlanPacked(const TensorView& q, const TensorView& k, const 
   plan.cost.result_bytes =
       4.0 * (static_cast<double>(*out_n) +
              (opt.score.return_lse ? static_cast<double>(hq * q.shape[0]) : 0));
+  plan.cost.scratch_bytes = Bf16KeyValueBytes(base.bf16, k, v);
   return plan;
 }
 

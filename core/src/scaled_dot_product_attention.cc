@@ -75,6 +75,7 @@ StatusOr<SdpaPlan> PlanSdpa(const TensorView& q, const TensorView& k, const Tens
   plan.cost.result_bytes =
       4.0 * (static_cast<double>(*out_n) + (opt.need_weights ? pairs : 0.0) +
              (opt.score.return_lse ? static_cast<double>(p.batch * p.heads * p.lq) : 0.0));
+  plan.cost.scratch_bytes = internal::Bf16KeyValueBytes(bf16, k, v);
   return plan;
 }
 

@@ -1,5 +1,6 @@
 // attention-core-bench: GFLOP/s of the core kernels next to a plain oneDNN
-// 1024^3 fp32 matmul, which stands for the machine's practical peak.
+// 1024^3 fp32 matmul, which stands for the machine's practical peak (and
+// its bf16 twin for the bf16 rows, where the CPU has a bf16 matrix tier).
 // tests/bench/run_core_bench.sh prints the ratios.
 #include <benchmark/benchmark.h>
 
@@ -28,17 +29,32 @@ std::vector<float> Random(size_t n, unsigned seed) {
   return v;
 }
 
-void BM_OneDnnMatmul1024(benchmark::State& state) {
+// C = A B, 1024^3, float32 C; A and B float32, or bf16 (bf16 = true: the
+// reference of the bf16 rows, on a CPU with a bf16 matrix tier).
+void OneDnnMatmul1024(benchmark::State& state, bool bf16) {
   const int64_t n = 1024;
   using dt = dnnl::memory::data_type;
+  if (bf16 && attn::Bf16MatrixTier() == attn::Bf16Tier::kNone) {
+    state.SkipWithError("no bf16 matrix tier (AMX or AVX512-BF16) here");
+    return;
+  }
   dnnl::engine eng(dnnl::engine::kind::cpu, 0);
   dnnl::stream s(eng);
+  const dt in = bf16 ? dt::bf16 : dt::f32;
+  dnnl::memory::desc md_in({n, n}, in, dnnl::memory::format_tag::ab);
   dnnl::memory::desc md({n, n}, dt::f32, dnnl::memory::format_tag::ab);
   auto a = Random(n * n, 1), b = Random(n * n, 2);
+  std::vector<uint16_t> a16(bf16 ? n * n : 0), b16(bf16 ? n * n : 0);
+  if (bf16) {
+    attn::FloatToHalf(attn::HalfType::kBFloat16, a.data(), a16.data(), n * n);
+    attn::FloatToHalf(attn::HalfType::kBFloat16, b.data(), b16.data(), n * n);
+  }
   std::vector<float> c(n * n);
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md, md, md), eng);
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md_in, md_in, md), eng);
   dnnl::matmul mm(pd);
-  dnnl::memory ma(md, eng, a.data()), mb(md, eng, b.data()), mc(md, eng, c.data());
+  dnnl::memory ma(md_in, eng, bf16 ? static_cast<void*>(a16.data()) : a.data());
+  dnnl::memory mb(md_in, eng, bf16 ? static_cast<void*>(b16.data()) : b.data());
+  dnnl::memory mc(md, eng, c.data());
   for (auto _ : state) {
     mm.execute(s, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
     s.wait();
@@ -47,6 +63,8 @@ void BM_OneDnnMatmul1024(benchmark::State& state) {
       benchmark::Counter(2.0 * n * n * n / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(pd.impl_info_str());
 }
+void BM_OneDnnMatmul1024(benchmark::State& state) { OneDnnMatmul1024(state, false); }
+void BM_OneDnnMatmul1024Bf16(benchmark::State& state) { OneDnnMatmul1024(state, true); }
 
 // "float32", "bfloat16", or what a call permitted bf16 computed instead.
 std::string PrecisionLabel(attn::ComputePrecision asked, attn::ComputePrecision used) {
@@ -286,6 +304,7 @@ BENCHMARK(BM_FloatToHalf)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_OneDnnMatmul1024)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_OneDnnMatmul1024Bf16)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Sdpa)
     ->ArgsProduct({{128, 512, 2048, 8192}, {0, 1}})
     ->ArgNames({"L", "causal"})

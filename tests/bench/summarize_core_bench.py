@@ -52,14 +52,22 @@ def main():
             torch_note = (f"PyTorch column omitted: torch ran {describe(ref.get('blas'))}, "
                           "not OpenBLAS (install libopenblas0-pthread)")
     peak = core.pop("BM_OneDnnMatmul1024")["gflops"]
+    bf16_peak = core.pop("BM_OneDnnMatmul1024Bf16", {}).get("gflops")
     print(f"CPU: {context.get('cpu_model', '?')}, {context.get('num_cpus')} CPUs @ "
           f"{context.get('mhz_per_cpu')} MHz; compute threads {context.get('compute_threads')}; "
           f"oneDNN ISA {context.get('onednn_isa')}; core kernel tier {context.get('kernel_tier')}")
     if torch_note:
         print(torch_note)
-    print(f"\noneDNN 1024^3 fp32 matmul: **{peak:.0f} GFLOP/s** (the practical peak)\n")
+    print(f"\noneDNN 1024^3 fp32 matmul: **{peak:.0f} GFLOP/s** (the practical peak)")
+    if bf16_peak:
+        print(f"oneDNN 1024^3 bf16 matmul: **{bf16_peak:.0f} GFLOP/s** (the bf16 rows' peak: "
+              f"bf16:1 rows against it in the last column)")
+    print()
     head = "| benchmark | ms | GFLOP/s | / matmul |"
     rule = "|---|---:|---:|---:|"
+    if bf16_peak:
+        head += " / bf16 matmul |"
+        rule += "---:|"
     if torch:
         head += " PyTorch 1.13 ms | speed-up |"
         rule += "---:|---:|"
@@ -67,6 +75,8 @@ def main():
     print(rule)
     for name, r in core.items():
         line = f"| {name} | {r['ms']:.3f} | {r['gflops']:.0f} | {r['gflops'] / peak:.2f} |"
+        if bf16_peak:
+            line += f" {r['gflops'] / bf16_peak:.2f} |" if "bf16:1" in name else " |"
         if torch:
             t = torch.get(name)
             line += f" {t['ms']:.2f} | {t['ms'] / r['ms']:.1f}x |" if t else " | |"

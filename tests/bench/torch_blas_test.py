@@ -91,6 +91,22 @@ class Summaries(unittest.TestCase):
         # Registration order, not the order the interleaved rows ran in.
         self.assertLess(out.index("BM_MemoryRead"), out.index("BM_KvDecode"))
 
+    def test_bf16_rows_against_the_bf16_matmul(self):
+        doc = interleaved_core_bench_json()
+        doc["benchmarks"] += [
+            dict(doc["benchmarks"][-1], run_name="BM_OneDnnMatmul1024Bf16", family_index=0,
+                 per_family_instance_index=1, GFLOPS=200.0),
+            dict(doc["benchmarks"][1], run_name="BM_SdpaPrecision/L:2048/bf16:1", family_index=2,
+                 real_time=20.0, GFLOPS=150.0)]
+        out = self.summarize_core(doc)
+        self.assertIn("oneDNN 1024^3 bf16 matmul: **200 GFLOP/s**", out)
+        # 150 / 100 against the fp32 matmul, 150 / 200 against the bf16 one.
+        self.assertIn("| BM_SdpaPrecision/L:2048/bf16:1 | 20.000 | 150 | 1.50 | 0.75 |", out)
+        self.assertIn("| BM_Sdpa/L:2048/causal:0 | 30.000 | 90 | 0.90 | |", out)
+        self.assertNotIn("| BM_OneDnnMatmul1024Bf16 |", out)
+        # Without that row (no bf16 matrix tier), no such column.
+        self.assertNotIn("bf16 matmul", self.summarize_core(interleaved_core_bench_json()))
+
     def test_core_column_only_with_openblas(self):
         good = self.run_core({"kind": "openblas", "paths": [OPENBLAS]})
         self.assertIn("PyTorch 1.13 ms", good)

@@ -384,5 +384,45 @@ TEST_F(Bf16Compute, MultiHeadAttentionProjectionsWithinContract) {
   EXPECT_LT(here_vs_packed, 1e-5);
 }
 
+// A bf16 call rounds float32 keys and values to bf16 once for the whole call
+// (kernels/block_operands.h): its estimate counts those copies (2 bytes an
+// element) as scratch, so that the server's memory limit sees them; float32
+// calls and bf16 views make none.
+TEST_F(Bf16Compute, EstimatesCountTheKeyValueCopies) {
+  const int64_t b = 2, hq = 8, hkv = 2, lq = 300, lk = 500, d = 64, dv = 32;
+  std::vector<float> q(b * hq * lq * d), k(b * hkv * lk * d), v(b * hkv * lk * dv);
+  std::vector<uint16_t> q16(q.size()), k16(k.size()), v16(v.size());
+  const Shape qs{b, hq, lq, d}, ks{b, hkv, lk, d}, vs{b, hkv, lk, dv};
+  ScaledDotProductAttentionOptions opt;
+  auto f32 = EstimateScaledDotProductAttention(TensorView::Dense(q.data(), qs),
+                                               TensorView::Dense(k.data(), ks),
+                                               TensorView::Dense(v.data(), vs), opt);
+  opt.compute_precision = ComputePrecision::kBFloat16;
+  auto bf16 = EstimateScaledDotProductAttention(TensorView::Dense(q.data(), qs),
+                                                TensorView::Dense(k.data(), ks),
+                                                TensorView::Dense(v.data(), vs), opt);
+  auto views = EstimateScaledDotProductAttention(TensorView::DenseBf16(q16.data(), qs),
+                                                 TensorView::DenseBf16(k16.data(), ks),
+                                                 TensorView::DenseBf16(v16.data(), vs), opt);
+  ASSERT_TRUE(f32.ok() && bf16.ok() && views.ok());
+  EXPECT_EQ(f32->scratch_bytes, 0.0);
+  EXPECT_EQ(bf16->scratch_bytes, 2.0 * static_cast<double>(k.size() + v.size()));
+  EXPECT_EQ(views->scratch_bytes, 0.0);
+
+  // MultiHeadAttention: its float32 projections, plus the bf16 copies of K and V.
+  const int64_t e = 64, l = 40;
+  std::vector<float> w(static_cast<size_t>(e * e), 0.0f), x(static_cast<size_t>(b * l * e));
+  auto linear = [&] { return LinearView{TensorView::Dense(w.data(), {e, e}), std::nullopt}; };
+  ProjectionWeights pw{linear(), linear(), linear(), std::nullopt};
+  MultiHeadAttentionOptions mo;
+  mo.num_heads = 4;
+  const TensorView xv = TensorView::Dense(x.data(), {b, l, e});
+  auto m32 = EstimateMultiHeadAttention(pw, xv, xv, xv, mo);
+  mo.compute_precision = ComputePrecision::kBFloat16;
+  auto m16 = EstimateMultiHeadAttention(pw, xv, xv, xv, mo);
+  ASSERT_TRUE(m32.ok() && m16.ok());
+  EXPECT_EQ(m16->scratch_bytes - m32->scratch_bytes, 2.0 * static_cast<double>(b * l * 2 * e));
+}
+
 }  // namespace
 }  // namespace attn

@@ -45,7 +45,8 @@ struct AttentionCost {
   double flops = 0;          // of all the matmuls, projections included
   double work = 0;           // B * H * Lq * Lk * D
   double result_bytes = 0;   // the output, and the weights when requested
-  double scratch_bytes = 0;  // intermediates (projections, per-head weights)
+  double scratch_bytes = 0;  // intermediates (projections, per-head weights,
+                             // a bf16 call's bf16 copies of float32 K and V)
 };
 
 // What the matmuls compute in. kBFloat16 is a permission, not an order: where

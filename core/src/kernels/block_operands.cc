@@ -68,6 +68,38 @@ const void* KvBlock(const AttentionProblem& p, const Strided4D& t, int64_t cols,
   return p.bf16 ? static_cast<const void*>(ToBf16(dense, kn * cols, b16)) : dense;
 }
 
+const AttentionProblem& KeyValuesInBf16(const AttentionProblem& p, int64_t query_blocks,
+                                        int threads, Bf16KeyValues* kv) {
+  if (!p.bf16 || p.k.data16 != nullptr || p.v.data16 != nullptr || query_blocks <= 1) return p;
+  const int64_t kv_heads = p.heads / p.kv_group, planes = p.batch * kv_heads, lk = p.lk;
+  kv->problem = p;
+  auto round = [&](const Strided4D& src, int64_t cols, Bf16Buffer& buf, Strided4D* dst) {
+    uint16_t* out = Workspace::Ensure(buf, planes * lk * cols);
+    const auto f32_to_bf16 = GetHalfKernels().f32_to_bf16;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t bh = 0; bh < planes; ++bh) {
+      const float* in = Row(src, bh / kv_heads, bh % kv_heads, 0);
+      uint16_t* plane = out + bh * lk * cols;
+      for (int64_t j = 0; j < lk; ++j) {
+        const float* row = in + j * src.stride[2];
+        if (src.stride[3] == 1) {
+          f32_to_bf16(row, plane + j * cols, cols);
+        } else {
+          for (int64_t c = 0; c < cols; ++c)
+            f32_to_bf16(row + c * src.stride[3], plane + j * cols + c, 1);
+        }
+      }
+    }
+    *dst = Strided4D{};
+    dst->data16 = out;
+    dst->stride[0] = kv_heads * lk * cols, dst->stride[1] = lk * cols, dst->stride[2] = cols;
+    dst->stride[3] = 1;
+  };
+  round(p.k, p.d, kv->k, &kv->problem.k);
+  round(p.v, p.dv, kv->v, &kv->problem.v);
+  return kv->problem;
+}
+
 void BlockScores(const AttentionProblem& p, int64_t rows, int64_t kn, const void* q, const void* k,
                  float* s) {
   const int64_t d = p.d;
@@ -79,14 +111,14 @@ void BlockScores(const AttentionProblem& p, int64_t rows, int64_t kn, const void
   }
 }
 
-void BlockAccumulatePv(const AttentionProblem& p, int64_t rows, int64_t kn, const float* prob,
-                       const void* v, float* o, Workspace& ws) {
+void BlockAccumulatePv(const AttentionProblem& p, int64_t rows, int64_t kn, const void* prob,
+                       const void* v, float* o) {
   const int64_t dv = p.dv;
   const MatmulShape pv{rows, dv, kn, kn, dv, dv, false, false, /*accumulate=*/true, 1};
   if (p.bf16) {
-    MatmulBf16(pv, ToBf16(prob, rows * kn, ws.p16), static_cast<const uint16_t*>(v), o);
+    MatmulBf16(pv, static_cast<const uint16_t*>(prob), static_cast<const uint16_t*>(v), o);
   } else {
-    Matmul(pv, prob, static_cast<const float*>(v), o);
+    Matmul(pv, static_cast<const float*>(prob), static_cast<const float*>(v), o);
   }
 }
 

@@ -55,14 +55,31 @@ const void* TaskQueries(const AttentionProblem& p, int64_t g, int64_t b, int64_t
 const void* KvBlock(const AttentionProblem& p, const Strided4D& t, int64_t cols, int64_t b,
                     int64_t kvh, int64_t k0, int64_t kn, FloatBuffer& f32, Bf16Buffer& b16);
 
+// A bf16 problem's keys and values rounded once for the whole call, when
+// they are float32 views that several tasks read (every query block of a
+// head reads all its keys): dense [B, Hkv, Lk, D] and [B, Hkv, Lk, Dv] bf16
+// copies (half the bytes of the float32 K and V: the call's estimate counts
+// them as scratch), and `problem` pointed at them. Rounded here or per block
+// in KvBlock, the same bits.
+struct Bf16KeyValues {
+  Bf16Buffer k, v;
+  AttentionProblem problem;
+};
+// `p` itself when there is nothing to gain (not bf16, bf16 views already,
+// or each head's keys read by one task: `query_blocks` 1); else kv->problem,
+// filled on `threads` OpenMP threads.
+const AttentionProblem& KeyValuesInBf16(const AttentionProblem& p, int64_t query_blocks,
+                                        int threads, Bf16KeyValues* kv);
+
 // S[rows, kn] = Q K^T, from dense blocks in the compute type (K^T is a
 // transposed format tag).
 void BlockScores(const AttentionProblem& p, int64_t rows, int64_t kn, const void* q, const void* k,
                  float* s);
 
-// O[rows, Dv] += P V; a bf16 problem rounds P (float32) here, only as this
+// O[rows, Dv] += P V, from dense blocks in the compute type: a bf16
+// problem's P comes rounded already (OnlineBlock::p16), only as this
 // matmul's operand.
-void BlockAccumulatePv(const AttentionProblem& p, int64_t rows, int64_t kn, const float* prob,
-                       const void* v, float* o, Workspace& ws);
+void BlockAccumulatePv(const AttentionProblem& p, int64_t rows, int64_t kn, const void* prob,
+                       const void* v, float* o);
 
 }  // namespace attn::internal

@@ -270,15 +270,19 @@ class BlockedAttention {
       // step, O += P V. An edge block goes to the tile kernels (no per-call
       // cost), the middle ones to oneDNN. The step for rows [first, first +
       // n), whose scores start at `scores`:
+      // A bf16 problem's P goes straight to bf16, for the PV matmul.
+      uint16_t* p16 = p_.bf16 ? Workspace::Ensure(ws.p16, rows * kn) : nullptr;
       auto softmax_step = [&](int64_t first, int64_t n, float* scores) {
+        uint16_t* p = p16 != nullptr ? p16 + (first - r0) * kn : nullptr;
         if (!general_mask) {
           // The scores need only the scale: the rows in one call, which also
           // rescales their O.
           kern_.online_block({scores, kn, n, lo + first, hi + first, k0, p_.scale, m + first,
-                              l + first, o + first * dv, dv});
+                              l + first, o + first * dv, dv, p});
         } else {
           OnlineRowsGeneral(
-              p_, kern_, {blk.b, blk.h, group_, blk.q0, first, n, k0, kn, scores, m, l, o, lo, hi});
+              p_, kern_,
+              {blk.b, blk.h, group_, blk.q0, first, n, k0, kn, scores, m, l, o, lo, hi, p});
         }
       };
       if (!middle && tile_ != nullptr) {
@@ -305,7 +309,8 @@ class BlockedAttention {
       } else {
         BlockScores(p_, rows, kn, q + r0 * d * q_bytes, k, s);
         softmax_step(r0, rows, s);
-        BlockAccumulatePv(p_, rows, kn, s, v, o + r0 * dv, ws);
+        BlockAccumulatePv(p_, rows, kn, p16 != nullptr ? static_cast<const void*>(p16) : s, v,
+                          o + r0 * dv);
       }
       k0 += kn;
     }
@@ -452,8 +457,10 @@ Status RunBlockedAttention(const AttentionProblem& p, const std::atomic<bool>* c
       return BlockedAttention(p, p.lq).RunAllHeads(ThreadWorkspace(), cancelled);
     });
   }
+  const int64_t block_q = ChooseBlockQ({&p}, threads);
+  Bf16KeyValues kv;
   std::vector<BlockedAttention> work;
-  work.emplace_back(p, ChooseBlockQ({&p}, threads));
+  work.emplace_back(KeyValuesInBf16(p, (p.lq + block_q - 1) / block_q, threads, &kv), block_q);
   return RunTasks(work, threads, cancelled);
 }
 
@@ -475,9 +482,13 @@ Status RunBlockedAttentionBatch(const std::vector<AttentionProblem>& problems,
       live.begin(), live.end(),
       [](const AttentionProblem* a, const AttentionProblem* b) { return a->lk > b->lk; });
   const int64_t block_q = ChooseBlockQ(live, threads);
+  std::vector<Bf16KeyValues> kv(live.size());  // BlockedAttention keeps a reference
   std::vector<BlockedAttention> work;
   work.reserve(live.size());
-  for (const AttentionProblem* p : live) work.emplace_back(*p, block_q);
+  for (size_t i = 0; i < live.size(); ++i) {
+    const AttentionProblem& p = *live[i];
+    work.emplace_back(KeyValuesInBf16(p, (p.lq + block_q - 1) / block_q, threads, &kv[i]), block_q);
+  }
   return RunTasks(work, threads, cancelled);
 }
 

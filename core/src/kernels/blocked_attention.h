@@ -114,6 +114,7 @@ struct ScoreBlockRows {
   float* s;
   float *m, *l, *o;
   const int64_t *lo, *hi;
+  uint16_t* p16 = nullptr;  // a bf16 problem's P (OnlineBlock::p16), or null
 };
 void OnlineRowsGeneral(const AttentionProblem& p, const SoftmaxKernels& kern,
                        const ScoreBlockRows& blk);
@@ -151,7 +152,9 @@ Status RunExactBlock(const AttentionProblem& p, const QueryBlock& blk, const flo
 
 // Computes the problem. Every element of `out` is written; `weights` must be
 // zero-filled by the caller (blocks above the causal diagonal are skipped).
-// Extra memory is O(block sizes), independent of Lq and Lk. Throws nothing.
+// Extra memory is O(block sizes), independent of Lq and Lk, except that a
+// bf16 problem over float32 keys and values rounds them once into bf16
+// copies (half their bytes; KeyValuesInBf16). Throws nothing.
 Status RunBlockedAttention(const AttentionProblem& problem, const std::atomic<bool>* cancelled);
 
 // Computes independent problems (the sequences of a packed batch) as one

@@ -96,7 +96,7 @@ void OnlineRowsGeneral(const AttentionProblem& p, const SoftmaxKernels& kern,
   }
   // The scores are scaled now: the same step as the other rows take.
   kern.online_block({blk.s, kn, blk.rows, blk.lo + blk.r0, blk.hi + blk.r0, k0, 1.0f,
-                     blk.m + blk.r0, blk.l + blk.r0, blk.o + blk.r0 * p.dv, p.dv});
+                     blk.m + blk.r0, blk.l + blk.r0, blk.o + blk.r0 * p.dv, p.dv, blk.p16});
 }
 
 RowFinish FinishRow(const AttentionProblem& p, int64_t h, float m, float l) {

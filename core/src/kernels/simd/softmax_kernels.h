@@ -26,6 +26,11 @@ namespace attn::internal {
 //   multiplied by alpha (set to 0 when alpha is 0).
 // A row that has seen no unmasked key yet keeps m = -inf, l = 0, its s = 0
 // and its o.
+// With p16 set (a bf16 problem), P also goes to p16[r * kn, ...), 0 outside
+// [a, e), each value rounded to bf16 to nearest even; l still sums the
+// float32 values. Where Bf16MatrixTier() is set, the AVX-512 step writes
+// p16 from its exp pass (VCVTNE2PS2BF16, which makes values below FLT_MIN
+// 0) and leaves s as scratch; the other steps round s's row.
 struct OnlineBlock {
   float* s;
   int64_t kn, rows;
@@ -35,6 +40,7 @@ struct OnlineBlock {
   float *m, *l;
   float* o;
   int64_t dv;
+  uint16_t* p16 = nullptr;
 };
 
 struct SoftmaxKernels {
