@@ -399,7 +399,8 @@ def main():
                             decode_graphs(T, 32, 8, 128)]}
         times = {row: {op: [] for op, _, _ in ops} for row, ops in plans.items()}
         ours = {"sdpa": [], "sdpa_causal": [], "mha": [], "decode": [], "sdpa_bf16": [],
-                "mha_bf16": [], "matmul_gflops": [], "read_gbps": []}
+                "mha_bf16": [], "matmul_gflops": [], "read_gbps": [], "matmul_bf16_gflops": [],
+                "sdpa_bf16_gflops": []}
         for r in range(a.rounds):
             for row, ops in plans.items():
                 for op, model, feeds in ops:
@@ -416,6 +417,9 @@ def main():
             ours["mha_bf16"].append(core["BM_MhaPrecision/B:1/L:2048/bf16:1"]["ms"])
             ours["matmul_gflops"].append(core["BM_OneDnnMatmul1024"]["gflops"])
             ours["read_gbps"].append(core["BM_MemoryRead"]["gbps"])
+            if core.get("BM_OneDnnMatmul1024Bf16", {}).get("gflops"):  # a bf16 matrix tier
+                ours["matmul_bf16_gflops"].append(core["BM_OneDnnMatmul1024Bf16"]["gflops"])
+                ours["sdpa_bf16_gflops"].append(core["BM_SdpaPrecision/L:2048/bf16:1"]["gflops"])
             ours["decode"].append(ours_decode(build, a.threads, a.seconds, T))
             print(f"round {r + 1} ours " + ", ".join(
                 f"{k} {v[-1]:.3f}" for k, v in ours.items()), flush=True)
@@ -427,6 +431,10 @@ def main():
     print(f"\nCPU {cpu}; {a.threads} threads; {', '.join(flags)}; medians of {a.rounds} rounds")
     print(f"in-run references: 1024^3 f32 matmul {med(ours['matmul_gflops']):.0f} GFLOP/s, "
           f"memory read {med(ours['read_gbps']):.1f} GB/s")
+    if ours["matmul_bf16_gflops"]:
+        bf16_ratios = [s / m for s, m in zip(ours["sdpa_bf16_gflops"], ours["matmul_bf16_gflops"])]
+        print(f"1024^3 bf16 matmul {med(ours['matmul_bf16_gflops']):.0f} GFLOP/s; SDPA L2048 "
+              f"bf16 {med(ours['sdpa_bf16_gflops']):.0f} GFLOP/s, {med(bf16_ratios):.2f} of it")
     print("| row | ORT 1.30 best (its op) | ours | ORT / ours | bf16 (auto) ours | ORT f32 / ours bf16 |")
     print("|---|---:|---:|---:|---:|---:|")
     table = {}

@@ -21,6 +21,7 @@ of the timed repeats).
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -43,10 +44,10 @@ def time_call(fn, min_seconds=1.0, min_repeats=3):
     return statistics.median(times) * 1e3
 
 
-def mha_case(batch, length, embed=512, heads=8, need_weights=False):
+def mha_case(batch, length, embed=512, heads=8, need_weights=False, dtype=torch.float32):
     torch.manual_seed(0)
-    mha = torch.nn.MultiheadAttention(embed, heads, batch_first=True).eval()
-    x = torch.randn(batch, length, embed)
+    mha = torch.nn.MultiheadAttention(embed, heads, batch_first=True).eval().to(dtype)
+    x = torch.randn(batch, length, embed).to(dtype)
 
     def run():
         with torch.inference_mode():
@@ -91,6 +92,12 @@ def main():
         return 3
 
     cases = []
+    # bf16 (the row attention-core-bench calls BM_MhaPrecision .../bf16:1)
+    # only where the CPU has a bf16 unit: elsewhere ATen emulates it, slowly.
+    bf16_unit = re.search(r"\b(avx512_bf16|amx_bf16)\b", open("/proc/cpuinfo").read())
+    if bf16_unit:
+        cases.append(("BM_MhaPrecision/B:1/L:2048/bf16:1",
+                      *mha_case(1, 2048, dtype=torch.bfloat16)))
     if args.quick:
         cases.append(("BM_Mha/B:1/L:2048", *mha_case(1, 2048)))
     else:
