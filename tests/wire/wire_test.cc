@@ -1,7 +1,8 @@
 // attn_wire: the contract both ends share. A malformed tensor gets the same
 // code and message from the server (decoding a request) and the client
-// (decoding a response); the timing trailer, the status mapping and the
-// secret files, each written once.
+// (decoding a response); the timing trailer, the status mapping, a
+// session's storage types and formats and the secret files, each written
+// once.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include "attn/half.h"
 #include "host_array.h"
 #include "test_server.h"
+#include "wire/cache_formats.h"
 #include "wire/secret_files.h"
 #include "wire/status_mapping.h"
 #include "wire/tensor_codec.h"
@@ -236,6 +238,52 @@ TEST_F(SecretFiles, PemFilesMustLookLikePem) {
   const std::string notpem = Write("notpem", "hello");
   EXPECT_EQ(wire::ReadPemFile("--tls-ca", notpem).status().ToString(),
             "INVALID_ARGUMENT: --tls-ca " + notpem + ": not a PEM file");
+}
+
+// A session's storage: every wire value to core and back, the names the
+// CLI and the reports print (and the flags parse back), and a value no
+// version of session.proto defines refused with the field named.
+TEST(CacheFormats, WireCoreAndNamesAgree) {
+  namespace v1 = attention::v1;
+  const std::vector<std::pair<v1::DataType, const char*>> types = {
+      {v1::DATA_TYPE_FLOAT32, "float32"},
+      {v1::DATA_TYPE_BFLOAT16, "bfloat16"},
+      {v1::DATA_TYPE_FLOAT16, "float16"}};
+  for (const auto& [t, name] : types) {
+    auto core = wire::CacheTypeFromWire(t);
+    ASSERT_TRUE(core.ok()) << name;
+    EXPECT_EQ(wire::CacheTypeToWire(*core), t) << name;
+    EXPECT_STREQ(wire::CacheDtypeName(t), name);
+  }
+  auto unspecified = wire::CacheTypeFromWire(v1::DATA_TYPE_UNSPECIFIED);
+  ASSERT_TRUE(unspecified.ok());
+  EXPECT_EQ(*unspecified, CacheType::kFloat32);
+  EXPECT_EQ(wire::CacheTypeFromWire(v1::DATA_TYPE_BOOL).status().ToString(),
+            "INVALID_ARGUMENT: cache_dtype: expected DATA_TYPE_FLOAT32 (or UNSPECIFIED), "
+            "DATA_TYPE_BFLOAT16 or DATA_TYPE_FLOAT16, got DATA_TYPE_BOOL");
+
+  const std::vector<std::pair<v1::CacheFormat, const char*>> formats = {
+      {v1::CACHE_FORMAT_UNSPECIFIED, "unquantized"},
+      {v1::CACHE_FORMAT_INT8, "int8"},
+      {v1::CACHE_FORMAT_FP8_E4M3, "fp8_e4m3"},
+      {v1::CACHE_FORMAT_INT4, "int4"}};
+  for (const auto& [f, name] : formats) {
+    auto core = wire::CacheFormatFromWire(f, "key_format");
+    ASSERT_TRUE(core.ok()) << name;
+    EXPECT_EQ(wire::CacheFormatToWire(*core), f) << name;
+    EXPECT_STREQ(wire::CacheFormatName(f), name);
+    v1::CacheFormat back = v1::CACHE_FORMAT_INT4;
+    ASSERT_TRUE(wire::CacheFormatByName(name, &back)) << name;
+    EXPECT_EQ(back, f);
+  }
+  EXPECT_EQ(*wire::CacheFormatFromWire(v1::CACHE_FORMAT_UNSPECIFIED, "x"),
+            CacheFormat::kAsCacheType);
+  v1::CacheFormat untouched = v1::CACHE_FORMAT_INT8;
+  EXPECT_FALSE(wire::CacheFormatByName("int3", &untouched));
+  EXPECT_EQ(untouched, v1::CACHE_FORMAT_INT8);
+  EXPECT_EQ(wire::CacheFormatFromWire(9, "value_format").status().ToString(),
+            "INVALID_ARGUMENT: value_format: expected CACHE_FORMAT_UNSPECIFIED, CACHE_FORMAT_INT8, "
+            "CACHE_FORMAT_FP8_E4M3 or CACHE_FORMAT_INT4, got 9");
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "host_array.h"
 #include "request_builder.h"
 #include "session_client.h"
+#include "wire/cache_formats.h"
 
 namespace attn::client {
 namespace {
@@ -29,26 +30,14 @@ StatusOr<v1::DataType> CacheDtype(const CommandLine& cl, const std::string& fall
 StatusOr<v1::CacheFormat> CacheFormatFlag(const CommandLine& cl, const char* flag) {
   auto name = cl.Choice(flag, {"unquantized", "int8", "fp8_e4m3", "int4"}, "unquantized");
   if (!name.ok()) return name.status();
-  return *name == "int8"       ? v1::CACHE_FORMAT_INT8
-         : *name == "fp8_e4m3" ? v1::CACHE_FORMAT_FP8_E4M3
-         : *name == "int4"     ? v1::CACHE_FORMAT_INT4
-                               : v1::CACHE_FORMAT_UNSPECIFIED;
+  v1::CacheFormat f = v1::CACHE_FORMAT_UNSPECIFIED;
+  wire::CacheFormatByName(*name, &f);  // one of its names: Choice checked
+  return f;
 }
 
 // A side's format as `session info` prints it: the cache's type when unquantized.
-std::string FormatName(int f, int dtype);
-
-const char* DtypeName(int t) {
-  return t == v1::DATA_TYPE_BFLOAT16  ? "bfloat16"
-         : t == v1::DATA_TYPE_FLOAT16 ? "float16"
-                                      : "float32";
-}
-
 std::string FormatName(int f, int dtype) {
-  return f == v1::CACHE_FORMAT_INT8       ? "int8"
-         : f == v1::CACHE_FORMAT_FP8_E4M3 ? "fp8_e4m3"
-         : f == v1::CACHE_FORMAT_INT4     ? "int4"
-                                          : DtypeName(dtype);
+  return f == v1::CACHE_FORMAT_UNSPECIFIED ? wire::CacheDtypeName(dtype) : wire::CacheFormatName(f);
 }
 
 void PrintInfo(const v1::SessionInfo& i) {
@@ -60,7 +49,7 @@ void PrintInfo(const v1::SessionInfo& i) {
       "%-24s layers=%d kv_heads=%d head_dim=%d value_dim=%d cache=%s keys=%s values=%s "
       "max_tokens=%lld tokens=[%s] bytes=%lld owner=%s\n",
       i.session_id().c_str(), i.num_layers(), i.num_kv_heads(), i.head_dim(), i.value_dim(),
-      DtypeName(i.cache_dtype()), FormatName(i.key_format(), i.cache_dtype()).c_str(),
+      wire::CacheDtypeName(i.cache_dtype()), FormatName(i.key_format(), i.cache_dtype()).c_str(),
       FormatName(i.value_format(), i.cache_dtype()).c_str(), static_cast<long long>(i.max_tokens()),
       tokens.c_str(), static_cast<long long>(i.cache_bytes()),
       i.owner().empty() ? "-" : i.owner().c_str());

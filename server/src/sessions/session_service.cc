@@ -5,62 +5,11 @@
 #include "call/grpc_call.h"
 #include "call/raw_messages.h"
 #include "sessions/extend_call.h"
-#include "wire/tensor_codec.h"
+#include "wire/cache_formats.h"
 
 namespace attn::server {
-namespace {
 
 namespace v1 = attention::v1;
-
-StatusOr<CacheType> CacheTypeFromWire(int dtype) {
-  switch (dtype) {
-    case v1::DATA_TYPE_UNSPECIFIED:
-    case v1::DATA_TYPE_FLOAT32:
-      return CacheType::kFloat32;
-    case v1::DATA_TYPE_BFLOAT16:
-      return CacheType::kBFloat16;
-    case v1::DATA_TYPE_FLOAT16:
-      return CacheType::kFloat16;
-    default:
-      return Status::InvalidArgument(
-          "cache_dtype: expected DATA_TYPE_FLOAT32 (or UNSPECIFIED), DATA_TYPE_BFLOAT16 or "
-          "DATA_TYPE_FLOAT16, got " +
-          wire::WireDataTypeName(dtype));
-  }
-}
-
-v1::DataType CacheTypeToWire(CacheType t) {
-  return t == CacheType::kBFloat16  ? v1::DATA_TYPE_BFLOAT16
-         : t == CacheType::kFloat16 ? v1::DATA_TYPE_FLOAT16
-                                    : v1::DATA_TYPE_FLOAT32;
-}
-
-StatusOr<CacheFormat> CacheFormatFromWire(int f, const char* field) {
-  switch (f) {
-    case v1::CACHE_FORMAT_UNSPECIFIED:
-      return CacheFormat::kAsCacheType;
-    case v1::CACHE_FORMAT_INT8:
-      return CacheFormat::kInt8;
-    case v1::CACHE_FORMAT_FP8_E4M3:
-      return CacheFormat::kFp8E4M3;
-    case v1::CACHE_FORMAT_INT4:
-      return CacheFormat::kInt4;  // the store says it is not built
-    default:
-      return Status::InvalidArgument(std::string(field) +
-                                     ": expected CACHE_FORMAT_UNSPECIFIED, CACHE_FORMAT_INT8, "
-                                     "CACHE_FORMAT_FP8_E4M3 or CACHE_FORMAT_INT4, got " +
-                                     std::to_string(f));
-  }
-}
-
-v1::CacheFormat CacheFormatToWire(CacheFormat f) {
-  return f == CacheFormat::kInt8      ? v1::CACHE_FORMAT_INT8
-         : f == CacheFormat::kFp8E4M3 ? v1::CACHE_FORMAT_FP8_E4M3
-         : f == CacheFormat::kInt4    ? v1::CACHE_FORMAT_INT4
-                                      : v1::CACHE_FORMAT_UNSPECIFIED;
-}
-
-}  // namespace
 
 StatusOr<KvSessionInfo> CreateFromWire(const v1::CreateSessionRequest& r, const std::string& owner,
                                        KvCacheStore* store) {
@@ -71,10 +20,11 @@ StatusOr<KvSessionInfo> CreateFromWire(const v1::CreateSessionRequest& r, const 
   spec.num_kv_heads = r.num_kv_heads();
   spec.head_dim = r.head_dim();
   spec.value_dim = r.value_dim();
-  ATTN_ASSIGN_OR_RETURN(spec.cache_type, CacheTypeFromWire(r.cache_dtype()));
+  ATTN_ASSIGN_OR_RETURN(spec.cache_type, wire::CacheTypeFromWire(r.cache_dtype()));
   spec.max_tokens = r.max_tokens();
-  ATTN_ASSIGN_OR_RETURN(spec.key_format, CacheFormatFromWire(r.key_format(), "key_format"));
-  ATTN_ASSIGN_OR_RETURN(spec.value_format, CacheFormatFromWire(r.value_format(), "value_format"));
+  ATTN_ASSIGN_OR_RETURN(spec.key_format, wire::CacheFormatFromWire(r.key_format(), "key_format"));
+  ATTN_ASSIGN_OR_RETURN(spec.value_format,
+                        wire::CacheFormatFromWire(r.value_format(), "value_format"));
   return store->Create(spec);
 }
 
@@ -84,13 +34,13 @@ void ToWire(const KvSessionInfo& info, v1::SessionInfo* out) {
   out->set_num_kv_heads(static_cast<int32_t>(info.spec.num_kv_heads));
   out->set_head_dim(static_cast<int32_t>(info.spec.head_dim));
   out->set_value_dim(static_cast<int32_t>(info.spec.value_dim));
-  out->set_cache_dtype(CacheTypeToWire(info.spec.cache_type));
+  out->set_cache_dtype(wire::CacheTypeToWire(info.spec.cache_type));
   out->set_max_tokens(info.spec.max_tokens);
   for (int64_t t : info.layer_tokens) out->add_layer_tokens(t);
   out->set_cache_bytes(info.cache_bytes);
   out->set_owner(info.spec.owner);
-  out->set_key_format(CacheFormatToWire(info.spec.key_format));
-  out->set_value_format(CacheFormatToWire(info.spec.value_format));
+  out->set_key_format(wire::CacheFormatToWire(info.spec.key_format));
+  out->set_value_format(wire::CacheFormatToWire(info.spec.value_format));
 }
 
 SessionServiceImpl::SessionServiceImpl(CallDispatcher* dispatcher, KvCacheStore* store,

@@ -17,6 +17,7 @@
 #include "attn/half.h"
 #include "attn/kv_cache.h"
 #include "session_client.h"
+#include "wire/cache_formats.h"
 
 namespace attn::client {
 namespace {
@@ -61,18 +62,9 @@ float Round(float x, wire::WireType t) {
   return x;
 }
 
-CacheType CacheTypeOf(v1::DataType t) {
-  return t == v1::DATA_TYPE_FLOAT32   ? CacheType::kFloat32
-         : t == v1::DATA_TYPE_FLOAT16 ? CacheType::kFloat16
-                                      : CacheType::kBFloat16;
-}
-
-CacheFormat CacheFormatOf(v1::CacheFormat f) {
-  return f == v1::CACHE_FORMAT_INT8       ? CacheFormat::kInt8
-         : f == v1::CACHE_FORMAT_FP8_E4M3 ? CacheFormat::kFp8E4M3
-         : f == v1::CACHE_FORMAT_INT4     ? CacheFormat::kInt4
-                                          : CacheFormat::kAsCacheType;
-}
+// The config's storage in core's terms (its flags take only valid values).
+CacheType CacheTypeOf(v1::DataType t) { return *wire::CacheTypeFromWire(t); }
+CacheFormat CacheFormatOf(v1::CacheFormat f) { return *wire::CacheFormatFromWire(f, "format"); }
 
 // Bytes one token of every kv head takes in the sessions' caches, keys and
 // values (with a quantized side's factors).
@@ -308,8 +300,8 @@ class DecodeClient {
       }
       // int8 keys meet the query rounded to int16, int8 values the weights
       // (2^-16 of the largest).
-      const bool int8 = c_.key_format == v1::CACHE_FORMAT_INT8 ||
-                        c_.value_format == v1::CACHE_FORMAT_INT8;
+      const bool int8 =
+          c_.key_format == v1::CACHE_FORMAT_INT8 || c_.value_format == v1::CACHE_FORMAT_INT8;
       const double tol = c_.wire != wire::WireType::kFloat32 ? 2e-2 : int8 ? 5e-4 : 1e-4;
       for (int64_t i = 0; i < want->output.numel(); ++i) {
         if (!(std::abs(got.view.f32()[i] - want->output.data[static_cast<size_t>(i)]) <= tol))

@@ -6,28 +6,21 @@
 
 #include "attn/json.h"
 #include "bench/decode/decode_bench.h"
+#include "wire/cache_formats.h"
 
 namespace attn::client {
 namespace {
 
 namespace v1 = attention::v1;
 
-const char* CacheName(v1::DataType t) {
-  return t == v1::DATA_TYPE_FLOAT32   ? "float32"
-         : t == v1::DATA_TYPE_FLOAT16 ? "float16"
-                                      : "bfloat16";
-}
-
 // The cache as its sessions store it: "bfloat16", or "bfloat16, keys int8,
 // values fp8_e4m3" when a side is quantized.
 std::string CacheDescription(const DecodeBenchConfig& c) {
+  const std::string type = wire::CacheDtypeName(c.cache_dtype);
   auto side = [&](v1::CacheFormat f) -> std::string {
-    return f == v1::CACHE_FORMAT_INT8       ? "int8"
-           : f == v1::CACHE_FORMAT_FP8_E4M3 ? "fp8_e4m3"
-           : f == v1::CACHE_FORMAT_INT4     ? "int4"
-                                            : CacheName(c.cache_dtype);
+    return f == v1::CACHE_FORMAT_UNSPECIFIED ? type : wire::CacheFormatName(f);
   };
-  std::string s = CacheName(c.cache_dtype);
+  std::string s = type;
   if (c.key_format != v1::CACHE_FORMAT_UNSPECIFIED ||
       c.value_format != v1::CACHE_FORMAT_UNSPECIFIED) {
     s += ", keys " + side(c.key_format) + ", values " + side(c.value_format);
@@ -101,12 +94,12 @@ std::string DecodeReportJson(const DecodeReport& r) {
     << ",\"prefill\":" << c.prefill << ",\"hold_length\":" << (c.hold_length ? "true" : "false")
     << ",\"step_tokens\":" << c.step_tokens << ",\"num_heads\":" << c.hq
     << ",\"num_kv_heads\":" << c.hkv << ",\"dim\":" << c.d << ",\"layers\":" << c.layers
-    << ",\"cache_dtype\":\"" << CacheName(c.cache_dtype) << "\",\"cache\":\"" << CacheDescription(c)
-    << "\",\"cpu_model\":" << JsonQuote(r.machine.cpu_model) << ",\"cpus\":" << r.machine.cpus
-    << ",\"engine_tier\":\"" << r.machine.kernel_tier << "\",\"steps\":" << r.steps
-    << ",\"session_steps\":" << r.session_steps << ",\"tokens\":" << r.tokens
-    << ",\"token_rounds\":" << r.token_rounds << ",\"seconds\":" << r.seconds
-    << ",\"call_seconds\":" << r.call_seconds
+    << ",\"cache_dtype\":\"" << wire::CacheDtypeName(c.cache_dtype) << "\",\"cache\":\""
+    << CacheDescription(c) << "\",\"cpu_model\":" << JsonQuote(r.machine.cpu_model)
+    << ",\"cpus\":" << r.machine.cpus << ",\"engine_tier\":\"" << r.machine.kernel_tier
+    << "\",\"steps\":" << r.steps << ",\"session_steps\":" << r.session_steps
+    << ",\"tokens\":" << r.tokens << ",\"token_rounds\":" << r.token_rounds
+    << ",\"seconds\":" << r.seconds << ",\"call_seconds\":" << r.call_seconds
     << ",\"session_steps_per_s\":" << r.session_steps_per_s
     << ",\"wall_session_steps_per_s\":" << r.wall_session_steps_per_s()
     << ",\"tokens_per_s\":" << r.tokens_per_s << ",\"step_p50_ms\":" << r.step_p50_ms
