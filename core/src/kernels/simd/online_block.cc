@@ -49,36 +49,6 @@ ATTN_AVX512 inline void Zero512(float* x, int64_t n) {
     _mm512_mask_storeu_ps(x + i, Lanes16(n - i), _mm512_setzero_ps());
 }
 
-// ExpSumRow512's exps written to y as bf16 instead of back to x, rounded by
-// AVX512-BF16's VCVTNE2PS2BF16 (32 an instruction): nearest even as
-// F32ToBf16 rounds, except that values below FLT_MIN (weights under e^-87
-// of the row's largest) become 0. Returns the sum of the float32 exps.
-// Only where Bf16MatrixTier() is set: such CPUs have AVX512-BF16.
-__attribute__((target("avx512f,avx512bf16"))) float ExpSumRowBf16(const float* x, uint16_t* y,
-                                                                  int64_t n, float scale, float m) {
-  const __m512 s = _mm512_set1_ps(scale);
-  const __m512 mv = _mm512_set1_ps(m);
-  __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    const __m512 e0 = Exp512(_mm512_fmsub_ps(_mm512_loadu_ps(x + i), s, mv));
-    const __m512 e1 = Exp512(_mm512_fmsub_ps(_mm512_loadu_ps(x + i + 16), s, mv));
-    _mm512_storeu_si512(y + i, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(e1, e0)));
-    acc0 = _mm512_add_ps(acc0, e0);
-    acc1 = _mm512_add_ps(acc1, e1);
-  }
-  for (; i < n; i += 16) {
-    const __mmask16 k = Lanes16(n - i);
-    const __m512 e = Exp512(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(k, x + i), s, mv));
-    acc0 = _mm512_add_ps(acc0, _mm512_maskz_mov_ps(k, e));
-    alignas(32) uint16_t bits[16];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(bits),
-                       reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(e)));
-    std::copy(bits, bits + std::min<int64_t>(16, n - i), y + i);
-  }
-  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-}
-
 // A bf16 step's P where the exp pass cannot write it (the AVX2 and portable
 // tiers, bf16 emulation): row r, computed in s, rounded while it is still
 // in L1.
@@ -164,7 +134,7 @@ ATTN_AVX512 void OnlineBlockAvx512(const OnlineBlock& b) {
       uint16_t* p = b.p16 + r * b.kn;
       std::fill(p, p + a, uint16_t{0});
       std::fill(p + e, p + b.kn, uint16_t{0});
-      sum = ExpSumRowBf16(row + a, p + a, e - a, b.scale, m_new);
+      sum = ExpSumRowTo512(row + a, p + a, e - a, b.scale, m_new);  // VCVTNE2PS2BF16
     } else {
       Zero512(row, a);
       Zero512(row + e, b.kn - e);

@@ -192,7 +192,34 @@ ATTN_AVX512 inline float ScaledMaxRow512(const float* x, int64_t n, float scale)
   return _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
 }
 
-ATTN_AVX512 inline float ExpSumRow512(float* x, int64_t n, float scale, float m) {
+// Where ExpSumRowTo512 puts its exps: back as float32, or as bf16 bits by
+// AVX512-BF16's VCVTNE2PS2BF16 / VCVTNEPS2BF16 (asm statements, so that no
+// caller needs that target; run only where the CPU has it): nearest even,
+// except that values below FLT_MIN become 0. The tail: its first n lanes.
+ATTN_AVX512 inline void StoreExps512(float* y, __m512 e0, __m512 e1) {
+  _mm512_storeu_ps(y, e0);
+  _mm512_storeu_ps(y + 16, e1);
+}
+ATTN_AVX512 inline void StoreExps512(uint16_t* y, __m512 e0, __m512 e1) {
+  __m512i bits;
+  asm("vcvtne2ps2bf16 %2, %1, %0" : "=v"(bits) : "v"(e1), "v"(e0));  // e0 low, e1 high
+  _mm512_storeu_si512(y, bits);
+}
+ATTN_AVX512 inline void StoreExpsTail512(float* y, __m512 e, int64_t n) {
+  _mm512_mask_storeu_ps(y, Lanes16(n), e);
+}
+ATTN_AVX512 inline void StoreExpsTail512(uint16_t* y, __m512 e, int64_t n) {
+  __m256i bits;
+  asm("vcvtneps2bf16 %1, %0" : "=v"(bits) : "v"(e));
+  alignas(32) uint16_t lanes[16];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), bits);
+  for (int64_t j = 0; j < n && j < 16; ++j) y[j] = lanes[j];
+}
+
+// y[i] = exp(x[i] * scale - m) for i < n, y being x itself (float32) or a
+// bf16 row (StoreExps512); returns the sum of the float32 exps.
+template <typename Out>
+ATTN_AVX512 inline float ExpSumRowTo512(const float* x, Out* y, int64_t n, float scale, float m) {
   const __m512 s = _mm512_set1_ps(scale);
   const __m512 mv = _mm512_set1_ps(m);
   __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
@@ -200,18 +227,21 @@ ATTN_AVX512 inline float ExpSumRow512(float* x, int64_t n, float scale, float m)
   for (; i + 32 <= n; i += 32) {
     const __m512 e0 = Exp512(_mm512_fmsub_ps(_mm512_loadu_ps(x + i), s, mv));
     const __m512 e1 = Exp512(_mm512_fmsub_ps(_mm512_loadu_ps(x + i + 16), s, mv));
-    _mm512_storeu_ps(x + i, e0);
-    _mm512_storeu_ps(x + i + 16, e1);
+    StoreExps512(y + i, e0, e1);
     acc0 = _mm512_add_ps(acc0, e0);
     acc1 = _mm512_add_ps(acc1, e1);
   }
   for (; i < n; i += 16) {
     const __mmask16 k = Lanes16(n - i);
     const __m512 e = Exp512(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(k, x + i), s, mv));
-    _mm512_mask_storeu_ps(x + i, k, e);
+    StoreExpsTail512(y + i, e, n - i);
     acc0 = _mm512_add_ps(acc0, _mm512_maskz_mov_ps(k, e));
   }
   return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}
+
+ATTN_AVX512 inline float ExpSumRow512(float* x, int64_t n, float scale, float m) {
+  return ExpSumRowTo512(x, x, n, scale, m);
 }
 
 ATTN_AVX512 inline void ScaleRow512(float* x, int64_t n, float a) {
