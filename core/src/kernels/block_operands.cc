@@ -80,14 +80,13 @@ const AttentionProblem& KeyValuesInBf16(const AttentionProblem& p, int64_t query
     for (int64_t bh = 0; bh < planes; ++bh) {
       const float* in = Row(src, bh / kv_heads, bh % kv_heads, 0);
       uint16_t* plane = out + bh * lk * cols;
-      for (int64_t j = 0; j < lk; ++j) {
-        const float* row = in + j * src.stride[2];
-        if (src.stride[3] == 1) {
-          f32_to_bf16(row, plane + j * cols, cols);
-        } else {
-          for (int64_t c = 0; c < cols; ++c)
-            f32_to_bf16(row + c * src.stride[3], plane + j * cols + c, 1);
-        }
+      if (src.stride[3] == 1) {
+        RowsToBf16(in, lk, cols, src.stride[2], plane);
+        continue;
+      }
+      for (int64_t j = 0; j < lk; ++j) {  // strided columns: element by element
+        for (int64_t c = 0; c < cols; ++c)
+          f32_to_bf16(in + j * src.stride[2] + c * src.stride[3], plane + j * cols + c, 1);
       }
     }
     *dst = Strided4D{};

@@ -117,6 +117,8 @@ ATTN_AVX2 void OnlineBlockAvx2(const OnlineBlock& b) {
 }
 
 ATTN_AVX512 void OnlineBlockAvx512(const OnlineBlock& b) {
+  static const bool native_bf16 = Bf16MatrixTier() != Bf16Tier::kNone;
+  const bool exp_to_bf16 = b.p16 != nullptr && native_bf16;
   for (int64_t r = 0; r < b.rows; ++r) {
     float* row = b.s + r * b.kn;
     int64_t a = 0, e = 0;
@@ -129,8 +131,7 @@ ATTN_AVX512 void OnlineBlockAvx512(const OnlineBlock& b) {
       continue;
     }
     float sum = 0;
-    static const bool native_bf16 = Bf16MatrixTier() != Bf16Tier::kNone;
-    if (b.p16 != nullptr && native_bf16) {  // P straight to bf16, not via s
+    if (exp_to_bf16) {  // P straight to bf16, not via s
       uint16_t* p = b.p16 + r * b.kn;
       std::fill(p, p + a, uint16_t{0});
       std::fill(p + e, p + b.kn, uint16_t{0});
