@@ -1,7 +1,8 @@
 // Float64 models of the KV cache's quantizers (core/src/kvformats/), written
 // independently of them for the tests: int8 codes are round-half-to-even of
-// x / (max|x| / 127); fp8 e4m3 codes are the nearest of the finite e4m3
-// values to x / (max|x| / 448), a tie going to the even code. Each factor is
+// x / (max|x| / 127); fp8 e4m3 codes are the nearest of 0 and the finite
+// normal e4m3 values (the cache writes no subnormal codes) to
+// x / (max|x| / 448), a tie going to the even code. Each factor is
 // its division rounded once to float32, as the store keeps it.
 #pragma once
 
@@ -97,7 +98,7 @@ inline Quantized ModelFp8(const std::vector<float>& x) {
     int best = 0;
     if (scale != 0) {
       const double y = std::fabs(v / double(scale));
-      for (int c = 1; c <= 0x7E; ++c) {
+      for (int c = 8; c <= 0x7E; ++c) {  // no subnormal codes (0x01-0x07)
         const double dc = std::fabs(E4m3Value(c) - y), db = std::fabs(E4m3Value(best) - y);
         if (dc < db || (dc == db && c % 2 == 0)) best = c;
       }

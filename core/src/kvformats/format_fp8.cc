@@ -1,12 +1,18 @@
 // FP8_E4M3: float8 e4m3 codes (OCP FP8 E4M3: bias 7, largest 448, no
 // infinities) with a float32 factor per (token, kv head): x / (max|x| / 448)
 // in float64 rounded to the nearest e4m3 value, ties to the even code,
-// saturating at 448. A code widens in registers through float16: its sign,
-// exponent and mantissa bits moved into a half's places give the code's
-// value times 2^-8, so the stored factor is (max|x| / 448) * 256.
+// saturating at 448, except that the encoder writes no subnormal codes:
+// below 2^-6 (3.5e-5 of the token's largest) a value becomes 0 or 2^-6,
+// whichever is nearer (2^-6 on a tie), so that a code moves into bf16's
+// places exactly (VDPBF16PS treats bf16 subnormals as 0). A code widens in
+// registers through float16: its sign, exponent and mantissa bits moved
+// into a half's places give the code's value times 2^-8, so the stored
+// factor is (max|x| / 448) * 256.
 #include <cmath>
 #include <cstring>
+#include <vector>
 
+#include "attn/cpu_info.h"
 #include "kvformats/formats.h"
 #include "kvformats/page_loops_avx512.h"
 
@@ -29,9 +35,9 @@ struct LoadFp8 {
 // and the odd ones: a code sign-extended to 16 bits and shifted left by 20
 // (4 for the odd ones, in the high halves) puts its mantissa in bits
 // 20-22, its exponent in 23-26 and a copy of its sign in 31, and the mask
-// clears the rest. That is the code's value times 2^-120 (subnormal codes
-// become float32 subnormals, which needs MXCSR's DAZ clear: the default,
-// and nothing here sets it); kUnit32 takes the sums back to Load's 2^-8.
+// clears the rest. That is the code's value times 2^-120 (a float32
+// normal: no subnormal code is written); kUnit32 takes the sums back to
+// Load's 2^-8.
 struct Load512Fp8 {
   using T = uint8_t;
   static constexpr bool kEvenOdd = true;
@@ -59,10 +65,7 @@ uint8_t E4m3Code(double y) {
   double a;
   std::memcpy(&a, &bits, 8);
   if (a >= 448.0) return sign | 0x7E;
-  if (a < 0x1p-6) {  // subnormal: steps of 2^-9 (8 steps reach 2^-6, code 0x08)
-    constexpr double kRound = 6755399441055744.0;  // round half to even
-    return static_cast<uint8_t>(sign | static_cast<int>((a * 512.0 + kRound) - kRound));
-  }
+  if (a < 0x1p-6) return sign | (a >= 0x1p-7 ? 0x08 : 0x00);  // no subnormal codes
   // a = 1.f * 2^e with e in [-6, 8]: keep 3 bits of f, rounding the other
   // 49 half to even.
   int e = static_cast<int>(bits >> 52) - 1023;
@@ -111,16 +114,185 @@ void WidenFp8(const uint8_t* codes, int64_t c, int64_t dim, float* dst) {
 
 int64_t Bytes1(int64_t dim) { return dim; }
 
+// ---- bf16 dot products (AVX512-BF16) -------------------------------------
+// A code's sign, exponent and mantissa bits moved into bf16's places are its
+// value times 2^-120 (the code has no subnormals to lose: the encoder never
+// writes them), so VDPBF16PS multiplies 32 codes by 32 bf16 numbers in one
+// instruction, where the float loops widen and multiply 16. The query rows
+// and the weights are rounded to bf16 (a relative error of 2^-9, against
+// the code's 2^-4) after scaling by a power of two that keeps every product
+// clear of float32's subnormals, which VDPBF16PS flushes; the power goes back
+// with the sums.
+
+#define ATTN_FP8_DOT ATTN_DECODE512
+
+ATTN_FP8_DOT inline __m512 DotBf16(__m512 acc, __m512i a, __m512i b) {
+  asm("vdpbf16ps %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+  return acc;
+}
+
+ATTN_FP8_DOT inline __m512i CodeWords(const uint8_t* p) {
+  const __m512i w = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_and_si512(_mm512_slli_epi16(w, 4), _mm512_set1_epi16(static_cast<int16_t>(0x87F0)));
+}
+
+// n floats times 2^e rounded to bf16 (nearest even), 16 at a time (the
+// last ones padded with 0).
+ATTN_FP8_DOT inline void ScaledWords(const float* x, int64_t n, int e, uint16_t* dst) {
+  const TimesPow2 times(e);
+  for (int64_t i = 0; i < n; i += 16) {
+    __m256i bits;
+    const __m512 v = times(_mm512_maskz_loadu_ps(Lanes16(n - i), x + i));
+    asm("vcvtneps2bf16 %1, %0" : "=v"(bits) : "v"(v));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), bits);
+  }
+}
+
+// R query rows (words, d apart) against keys [0, c): four keys at a time.
+template <int R>
+ATTN_FP8_DOT void QkWords(const uint16_t* qw, const float* unit, const uint8_t* k, int64_t c,
+                          int64_t d, float* s, int64_t lds, const uint8_t* next) {
+  int64_t j = 0;
+  for (; j + 4 <= c; j += 4) {
+    for (int64_t jj = j; jj < j + 4; ++jj) PrefetchToken(next, d, jj);
+    __m512 acc[4 * R];
+    for (int i = 0; i < 4 * R; ++i) acc[i] = _mm512_setzero_ps();
+    for (int64_t x = 0; x < d; x += 32) {
+      __m512i qv[R];
+      for (int r = 0; r < R; ++r) qv[r] = _mm512_loadu_si512(qw + r * d + x);
+      for (int t = 0; t < 4; ++t) {
+        const __m512i kw = CodeWords(k + (j + t) * d + x);
+        for (int r = 0; r < R; ++r) acc[r * 4 + t] = DotBf16(acc[r * 4 + t], qv[r], kw);
+      }
+    }
+    if constexpr (R == 4) {
+      const __m512 u =
+          _mm512_setr_ps(unit[0], unit[0], unit[0], unit[0], unit[1], unit[1], unit[1], unit[1],
+                         unit[2], unit[2], unit[2], unit[2], unit[3], unit[3], unit[3], unit[3]);
+      const __m512 sum = _mm512_mul_ps(SumEach16Ps(acc), u);
+      for (int r = 0; r < 4; ++r) {
+        _mm_storeu_ps(s + r * lds + j, _mm512_extractf32x4_ps(sum, r));
+      }
+    } else {
+      _mm_storeu_ps(s + j, _mm_mul_ps(Sum4(Fold(acc[0]), Fold(acc[1]), Fold(acc[2]), Fold(acc[3])),
+                                      _mm_set1_ps(unit[0])));
+    }
+  }
+  for (; j < c; ++j) {
+    PrefetchToken(next, d, j);
+    for (int r = 0; r < R; ++r) {
+      __m512 a = _mm512_setzero_ps();
+      for (int64_t x = 0; x < d; x += 32)
+        a = DotBf16(a, _mm512_loadu_si512(qw + r * d + x), CodeWords(k + j * d + x));
+      s[r * lds + j] = _mm512_reduce_add_ps(a) * unit[r];
+    }
+  }
+}
+
+void QkFp8(const float* q, int64_t rows, const uint8_t* k, int64_t c, int64_t d, float* s,
+           int64_t lds, const uint8_t* next) {
+  if (!(UseAvx512(d) && d % 32 == 0 && Bf16MatrixTier() != Bf16Tier::kNone)) {
+    return QkPageOf<LoadFp8, Load512Fp8>(q, rows, k, c, d, s, lds, next);
+  }
+  thread_local std::vector<uint16_t> qw;
+  thread_local std::vector<float> unit;
+  qw.resize(static_cast<size_t>(rows * d));
+  unit.resize(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    const int e = ShiftFor(q + r * d, d);
+    ScaledWords(q + r * d, d, e, qw.data() + r * d);
+    // the keys' 2^-120 and the loaders' 2^-8 taken back, and the row's 2^e
+    unit[static_cast<size_t>(r)] = Pow2(112 - e);
+  }
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    QkWords<4>(qw.data() + r * d, unit.data() + r, k, c, d, s + r * lds, lds,
+               r == 0 ? next : nullptr);
+  }
+  for (; r < rows; ++r) {
+    QkWords<1>(qw.data() + r * d, unit.data() + r, k, c, d, s + r * lds, lds,
+               r == 0 ? next : nullptr);
+  }
+}
+
+// o[r, x..x+32) += unit_r * (lo, hi) put back in column order: lo holds
+// columns 8k..8k+3 of each 128-bit lane k, hi columns 8k+4..8k+7.
+ATTN_FP8_DOT inline void AddPairSumsPs(__m512 l, __m512 h, float unit, float* o) {
+  const __m512i first = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  const __m512i second =
+      _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+  const __m512 sc = _mm512_set1_ps(unit);
+  _mm512_storeu_ps(o, _mm512_fmadd_ps(_mm512_permutex2var_ps(l, first, h), sc, _mm512_loadu_ps(o)));
+  _mm512_storeu_ps(
+      o + 16, _mm512_fmadd_ps(_mm512_permutex2var_ps(l, second, h), sc, _mm512_loadu_ps(o + 16)));
+}
+
+// R rows by columns [x, x + 32) over tokens [0, c), two tokens at a time:
+// their codes interleaved meet the pair of weights (w_j, w_j+1).
+template <int R>
+ATTN_FP8_DOT void PvWords(const uint32_t* pairs, int64_t stride, const float* unit,
+                          const uint8_t* v, int64_t c, int64_t dv, int64_t x, float* o,
+                          const uint8_t* ahead, int64_t lines) {
+  __m512 lo[R], hi[R];
+  for (int i = 0; i < R; ++i) lo[i] = hi[i] = _mm512_setzero_ps();
+  auto pair = [&](int64_t t, __m512i a, __m512i b) ATTN_FP8_DOT {
+    const __m512i ilo = _mm512_unpacklo_epi16(a, b), ihi = _mm512_unpackhi_epi16(a, b);
+    for (int i = 0; i < R; ++i) {
+      const __m512i w = _mm512_set1_epi32(static_cast<int>(pairs[i * stride + t]));
+      lo[i] = DotBf16(lo[i], ilo, w);
+      hi[i] = DotBf16(hi[i], ihi, w);
+    }
+  };
+  const int64_t full = c / 2, with = std::min(lines, full);
+  int64_t t = 0;
+  for (; t < with; ++t) {
+    PrefetchLine(ahead + t * 64);
+    pair(t, CodeWords(v + 2 * t * dv + x), CodeWords(v + (2 * t + 1) * dv + x));
+  }
+  for (; t < full; ++t) pair(t, CodeWords(v + 2 * t * dv + x), CodeWords(v + (2 * t + 1) * dv + x));
+  for (; t < lines; ++t) PrefetchLine(ahead + t * 64);
+  if (c % 2 != 0) pair(full, CodeWords(v + (c - 1) * dv + x), _mm512_setzero_si512());
+  for (int i = 0; i < R; ++i) AddPairSumsPs(lo[i], hi[i], unit[i], o + i * dv + x);
+}
+
+void PvFp8(const float* p, int64_t rows, int64_t ldp, const uint8_t* v, int64_t c, int64_t dv,
+           float* o, const uint8_t* next) {
+  if (!(UseAvx512(dv) && dv % 32 == 0 && Bf16MatrixTier() != Bf16Tier::kNone)) {
+    return PvPageOf<LoadFp8, Load512Fp8>(p, rows, ldp, v, c, dv, o, next);
+  }
+  thread_local std::vector<uint16_t> w;
+  thread_local std::vector<float> unit;
+  const int64_t np = (c + 1) / 2, n16 = (c + 15) / 16 * 16;
+  w.resize(static_cast<size_t>(rows * n16));
+  unit.resize(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    const int e = ShiftFor(p + r * ldp, c);
+    ScaledWords(p + r * ldp, c, e, w.data() + r * n16);
+    unit[static_cast<size_t>(r)] = Pow2(112 - e);
+  }
+  const auto* pairs = reinterpret_cast<const uint32_t*>(w.data());
+  const int64_t npp = n16 / 2;
+  const int64_t total = next == nullptr ? 0 : (c * dv + 63) / 64;
+  for (int64_t x = 0; x < dv; x += 32) {
+    const int64_t done = x / 32 * np;
+    const uint8_t* ahead = next == nullptr ? nullptr : next + done * 64;
+    const int64_t lines = std::max<int64_t>(0, std::min(np, total - done));
+    int64_t r = 0;
+    for (; r + 4 <= rows; r += 4) {
+      PvWords<4>(pairs + r * npp, npp, unit.data() + r, v, c, dv, x, o + r * dv,
+                 r == 0 ? ahead : nullptr, r == 0 ? lines : 0);
+    }
+    for (; r < rows; ++r) {
+      PvWords<1>(pairs + r * npp, npp, unit.data() + r, v, c, dv, x, o + r * dv,
+                 r == 0 ? ahead : nullptr, r == 0 ? lines : 0);
+    }
+  }
+}
+
 }  // namespace
 
 const PageCodec& Fp8E4M3Codec() {
-  static const PageCodec c{"fp8_e4m3",
-                           Bytes1,
-                           true,
-                           EncodeFp8,
-                           WidenFp8,
-                           QkPageOf<LoadFp8, Load512Fp8>,
-                           PvPageOf<LoadFp8, Load512Fp8>};
+  static const PageCodec c{"fp8_e4m3", Bytes1, true, EncodeFp8, WidenFp8, QkFp8, PvFp8};
   return c;
 }
 

@@ -4,7 +4,10 @@
 // gives sixteen widened codes as an __m512. Internal to core.
 #pragma once
 
+#include <cmath>
+#include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "kvformats/page_loops.h"
 
@@ -98,6 +101,42 @@ struct Pairs<L, std::void_t<decltype(L::kEvenOdd)>> {
 
 constexpr int64_t kQuadMaxD = 512;
 
+// The power of two that brings the largest magnitude of x[0, n) to
+// [2^100, 2^101), as an exponent e (0 for zeros or a non-finite element).
+// Rows scaled so meet a loader's tiny values (kUnit != 1: fp8's codes at
+// 2^-120 times their values) without products in float32's subnormals.
+ATTN_DECODE512 inline int ShiftFor(const float* x, int64_t n) {
+  __m512 m = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_maskz_loadu_ps(Lanes16(n - i), x + i)));
+  }
+  const float amax = _mm512_reduce_max_ps(m);
+  if (!(amax > 0.0f) || !std::isfinite(amax)) return 0;
+  uint32_t bits;
+  std::memcpy(&bits, &amax, 4);
+  // amax in [2^(b - 127), 2^(b - 126)) for its biased exponent b (a
+  // subnormal's b is 0: it is below 2^-126 and ends below 2^101).
+  // At least -15, so that the sums' way back (2^(112 - e) for fp8) is a
+  // float: rows above 2^116 end below 2^113.
+  return std::max(-15, 101 - (static_cast<int>(bits >> 23) - 126));
+}
+
+// 2^e as a float, for e in [-126, 127].
+inline float Pow2(int e) {
+  const uint32_t bits = static_cast<uint32_t>(e + 127) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// x times 2^e for a ShiftFor exponent (-15 to 227: two float factors).
+struct TimesPow2 {
+  __m512 a, b;
+  ATTN_DECODE512 explicit TimesPow2(int e)
+      : a(_mm512_set1_ps(Pow2(e / 2))), b(_mm512_set1_ps(Pow2(e - e / 2))) {}
+  ATTN_DECODE512 __m512 operator()(__m512 x) const { return _mm512_mul_ps(_mm512_mul_ps(x, a), b); }
+};
+
 // Four query rows (q0, [4, d]) against keys [0, c) four at a time: sixteen
 // sums, reduced together (SumEach16Ps) instead of one by one. The rows are
 // first put in the loader's channel order. Returns the keys done (a
@@ -109,11 +148,24 @@ ATTN_DECODE512 int64_t QkQuad512(const float* q0, const typename L::T* k, int64_
   alignas(64) float qp[4 * kQuadMaxD];
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-  for (int64_t i = 0; i < 4 * d; i += 32) {
-    const __m512 a = _mm512_loadu_ps(q0 + i), b = _mm512_loadu_ps(q0 + i + 16);
-    _mm512_store_ps(qp + i, P::kEvenOdd ? _mm512_permutex2var_ps(a, even, b) : a);
-    _mm512_store_ps(qp + i + 16, P::kEvenOdd ? _mm512_permutex2var_ps(a, odd, b) : b);
+  float unit[4] = {P::kUnit, P::kUnit, P::kUnit, P::kUnit};
+  for (int64_t r = 0; r < 4; ++r) {
+    int e = 0;
+    if constexpr (P::kUnit != 1.0f) {
+      e = ShiftFor(q0 + r * d, d);
+      unit[r] = P::kUnit * Pow2(-e / 2) * Pow2(-e - (-e / 2));
+    }
+    const TimesPow2 times(e);
+    for (int64_t i = r * d; i < (r + 1) * d; i += 32) {
+      const __m512 a = times(_mm512_loadu_ps(q0 + i));
+      const __m512 b = times(_mm512_loadu_ps(q0 + i + 16));
+      _mm512_store_ps(qp + i, P::kEvenOdd ? _mm512_permutex2var_ps(a, even, b) : a);
+      _mm512_store_ps(qp + i + 16, P::kEvenOdd ? _mm512_permutex2var_ps(a, odd, b) : b);
+    }
   }
+  const __m512 units =
+      _mm512_setr_ps(unit[0], unit[0], unit[0], unit[0], unit[1], unit[1], unit[1], unit[1],
+                     unit[2], unit[2], unit[2], unit[2], unit[3], unit[3], unit[3], unit[3]);
   int64_t j = 0;
   for (; j + 4 <= c; j += 4) {
     for (int64_t jj = j; jj < j + 4; ++jj) PrefetchToken(next, tb, jj);
@@ -136,7 +188,7 @@ ATTN_DECODE512 int64_t QkQuad512(const float* q0, const typename L::T* k, int64_
       }
     }
     __m512 sum = SumEach16Ps(acc);
-    if constexpr (P::kUnit != 1.0f) sum = _mm512_mul_ps(sum, _mm512_set1_ps(P::kUnit));
+    if constexpr (P::kUnit != 1.0f) sum = _mm512_mul_ps(sum, units);
     _mm_storeu_ps(s + j, _mm512_extractf32x4_ps(sum, 0));
     _mm_storeu_ps(s + lds + j, _mm512_extractf32x4_ps(sum, 1));
     _mm_storeu_ps(s + 2 * lds + j, _mm512_extractf32x4_ps(sum, 2));
@@ -234,8 +286,9 @@ ATTN_DECODE512 void QkFast512(const float* q, int64_t rows, const typename L::T*
 // from 32 codes at a time (Pairs): the sums start at 0 and are put back in
 // column order (kEvenOdd) and added to o0's rows (dv apart) times kUnit.
 template <typename L, typename P = Pairs<L>>
-ATTN_DECODE512 void PvQuad512(const float* p0, int64_t ldp, const typename L::T* v, int64_t c,
-                              int64_t dv, int64_t x, float* o0, const SpreadPrefetch& pf) {
+ATTN_DECODE512 void PvQuad512(const float* p0, int64_t ldp, const float* units,
+                              const typename L::T* v, int64_t c, int64_t dv, int64_t x, float* o0,
+                              const SpreadPrefetch& pf) {
   __m512 ev[4], od[4];
   for (int i = 0; i < 4; ++i) ev[i] = od[i] = _mm512_setzero_ps();
   for (int64_t j = 0; j < c; ++j) {
@@ -250,8 +303,8 @@ ATTN_DECODE512 void PvQuad512(const float* p0, int64_t ldp, const typename L::T*
   }
   const __m512i first = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
   const __m512i second = _mm512_add_epi32(first, _mm512_set1_epi32(8));
-  const __m512 unit = _mm512_set1_ps(P::kUnit);
   for (int i = 0; i < 4; ++i) {
+    const __m512 unit = _mm512_set1_ps(units[i]);
     float* oi = o0 + i * dv;
     const __m512 a = P::kEvenOdd ? _mm512_permutex2var_ps(ev[i], first, od[i]) : ev[i];
     const __m512 b = P::kEvenOdd ? _mm512_permutex2var_ps(ev[i], second, od[i]) : od[i];
@@ -268,8 +321,24 @@ ATTN_DECODE512 void PvFast512(const float* p, int64_t rows, int64_t ldp, const t
   for (; r + 4 <= rows; r += 4) {  // four rows by 32 columns: eight sums a key
     const float* p0 = p + r * ldp;
     const SpreadPrefetch pf(r == 0 ? next : nullptr, tb, c, dv / 32);
+    constexpr float kUnit = Pairs<L>::kUnit;
+    float units[4] = {kUnit, kUnit, kUnit, kUnit};
+    const float* pq = p0;  // the quad loops' weights
+    int64_t ldq = ldp;
+    if constexpr (kUnit != 1.0f) {  // rows scaled as ShiftFor says, c apart
+      thread_local std::vector<float> scaled;
+      scaled.resize(static_cast<size_t>(4 * c));
+      for (int64_t i = 0; i < 4; ++i) {
+        const int e = ShiftFor(p0 + i * ldp, c);
+        const float f = Pow2(e / 2), g = Pow2(e - e / 2);
+        for (int64_t j = 0; j < c; ++j) scaled[i * c + j] = p0[i * ldp + j] * f * g;
+        units[i] = kUnit * Pow2(-e / 2) * Pow2(-e - (-e / 2));
+      }
+      pq = scaled.data();
+      ldq = c;
+    }
     int64_t x = 0;
-    for (; x + 32 <= dv; x += 32) PvQuad512<L>(p0, ldp, v, c, dv, x, o + r * dv + x, pf);
+    for (; x + 32 <= dv; x += 32) PvQuad512<L>(pq, ldq, units, v, c, dv, x, o + r * dv + x, pf);
     for (; x < dv; x += 16) {
       float* o0 = o + r * dv + x;
       __m512 a0 = _mm512_loadu_ps(o0), a1 = _mm512_loadu_ps(o0 + dv);

@@ -112,14 +112,19 @@ KvStep View(const Session& s, const Step& st) {
 // are multiples of 32, on the AVX-512 tier) round the query times a key
 // block's scales to int8 (1/254 of its largest, an error up to about
 // 1/254 of a score's scale) and the weights times the values' scales to
-// bytes (1/510 of the largest): 2e-2.
+// bytes (1/510 of the largest): 2e-2. fp8's loops on a CPU with a bf16
+// unit (the same widths) round the query and the weights to bf16 (2^-8 of
+// each product at most): 1e-2.
 double Tolerance(const Session& s) {
   const auto int4 = attn_test::ModelInt4Values;
-  const bool int4_loops =
-      attn::KernelTier() >= attn::IsaTier::kAvx512 && s.replay.d % 32 == 0 &&
-      s.replay.dv % 32 == 0 &&
-      (s.replay.key_block > 0 || s.replay.value_q == int4);
-  if (int4_loops) return 2e-2;
+  const bool wide =
+      attn::KernelTier() >= attn::IsaTier::kAvx512 && s.replay.d % 32 == 0 && s.replay.dv % 32 == 0;
+  if (wide && (s.replay.key_block > 0 || s.replay.value_q == int4)) return 2e-2;
+  const auto fp8 = attn_test::ModelFp8;
+  if (wide && attn::Bf16MatrixTier() != attn::Bf16Tier::kNone &&
+      (s.replay.key_q == fp8 || s.replay.value_q == fp8)) {
+    return 1e-2;
+  }
   const bool int8 =
       s.replay.key_q == attn_test::ModelInt8 || s.replay.value_q == attn_test::ModelInt8;
   return int8 ? 2e-4 : 1e-5;
@@ -313,16 +318,18 @@ TEST(QuantizedSessions, CancelledInt4ExtendChangesNothing) {
   ExtendAndCheck(store, s, MakeStep(s, 2, G, rng));
 }
 
-// int4 at head widths its integer loops take (multiples of 32, on the
-// AVX-512 tier; other tiers run the widening loops): a prefill over two
-// blocks and the staged one, chunks and decode, then a fork, a truncate
-// into a full block and more steps, each against the replay of what the
-// cache stores.
-TEST(QuantizedSessions, Int4AtWideHeadsSeesWhatTheCacheStores) {
+// int4 and fp8 at head widths their own loops take (multiples of 32, on
+// the AVX-512 tier, fp8's with a bf16 unit; other tiers run the widening
+// loops): a prefill over two blocks and the staged one, chunks and decode,
+// then a fork, a truncate into a full block and more steps, each against
+// the replay of what the cache stores.
+TEST(QuantizedSessions, WideHeadsSeeWhatTheCacheStores) {
   const Formats formats[] = {
       Formats{CacheFormat::kInt4, CacheFormat::kInt4, CacheType::kBFloat16},
       Formats{CacheFormat::kInt8, CacheFormat::kInt4, CacheType::kFloat32},
-      Formats{CacheFormat::kInt4, CacheFormat::kAsCacheType, CacheType::kFloat16}};
+      Formats{CacheFormat::kInt4, CacheFormat::kAsCacheType, CacheType::kFloat16},
+      Formats{CacheFormat::kFp8E4M3, CacheFormat::kFp8E4M3, CacheType::kBFloat16},
+      Formats{CacheFormat::kFp8E4M3, CacheFormat::kInt8, CacheType::kFloat32}};
   for (int64_t d : {128, 96}) {
     for (const Formats& f : formats) {
       SCOPED_TRACE(Name(f) + " d " + std::to_string(d));

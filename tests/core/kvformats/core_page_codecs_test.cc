@@ -184,6 +184,7 @@ Page Store(PageFormat f, int64_t n, std::mt19937& rng) {
         p.held.push_back(static_cast<int8_t>(code));
       } else {
         if ((code & 0x7F) == 0x7F) code = 0x7E;     // NaN: never written
+        if ((code & 0x78) == 0) code &= 0x80;       // subnormals: never written
         p.held.push_back(E4m3Value(code) / 256.0);  // as the loops widen it
       }
       p.bytes.push_back(static_cast<uint8_t>(code));
@@ -218,14 +219,31 @@ std::vector<float> Values(size_t n, std::mt19937& rng) {
 
 class PageLoops : public ::testing::TestWithParam<PageFormat> {};
 
+// fp8's loops on a CPU with a bf16 unit (Fp8Bf16Dots) round the query
+// rows and the weights to bf16 (8 significant bits): at most 2^-8 of each
+// product off.
+bool Fp8Bf16Dots(int64_t d) {
+  return attn::KernelTier() == attn::IsaTier::kAvx512 && d % 32 == 0 &&
+         attn::Bf16MatrixTier() != attn::Bf16Tier::kNone;
+}
+
 TEST_P(PageLoops, QkAndPvEqualFloat64) {
   if (!attn::internal::InRegisterTier()) {
     GTEST_SKIP() << "the portable tier reads pages through the portable loops";
   }
   const PageCodec& codec = CodecOf(GetParam());
+  int64_t d = 0;
+  // int8 rounds the query rows or the weights to int16 against their
+  // largest: at most max / 65534 off an element, times the codes' sum (l1).
+  auto Rounding = [&](double max, double l1, double abs) {
+    if (GetParam() == PageFormat::kInt8) return max / 65534 * l1;
+    if (GetParam() == PageFormat::kFp8E4M3 && Fp8Bf16Dots(d)) return abs / 256;
+    return 0.0;
+  };
   std::mt19937 rng(5);
   int cases = 0;
-  for (int64_t d : {8, 16, 24, 32, 48, 64, 80, 128, 256}) {
+  for (int64_t dd : {8, 16, 24, 32, 48, 64, 80, 128, 256}) {
+    d = dd;
     for (int64_t rows : {1, 2, 3, 4, 5, 8, 9}) {
       for (int64_t c : {1, 2, 3, 5, 16, 63, 64}) {
         SCOPED_TRACE("d " + std::to_string(d) + " rows " + std::to_string(rows) + " c " +
@@ -240,17 +258,16 @@ TEST_P(PageLoops, QkAndPvEqualFloat64) {
         // Weights for PV: the scores scaled down, some exactly 0.
         std::vector<float> p(static_cast<size_t>(rows * lds));
         for (int64_t r = 0; r < rows; ++r) {
-          // int8 keys are multiplied by the query row rounded to int16: at
-          // most max|q| / 65534 off per element, times the codes' sum.
           double qmax = 0;
           for (int64_t x = 0; x < d; ++x) qmax = std::max(qmax, std::fabs(double(q[r * d + x])));
           for (int64_t j = 0; j < c; ++j) {
-            double want = 0, l1 = 0;
+            double want = 0, l1 = 0, abs = 0;
             for (int64_t x = 0; x < d; ++x) {
               want += double(q[r * d + x]) * k.held[j * d + x];
               l1 += std::fabs(k.held[j * d + x]);
+              abs += std::fabs(double(q[r * d + x]) * k.held[j * d + x]);
             }
-            const double rounding = GetParam() == PageFormat::kInt8 ? qmax / 65534 * l1 : 0.0;
+            const double rounding = Rounding(qmax, l1, abs);
             ASSERT_NEAR(s[r * lds + j], want, 1e-4 * (1 + std::fabs(want)) + rounding)
                 << r << "," << j;
             p[r * lds + j] = (j % 5 == 3) ? 0.0f : static_cast<float>((r + 1) * (j + 2)) / 64.0f;
@@ -262,17 +279,16 @@ TEST_P(PageLoops, QkAndPvEqualFloat64) {
         const std::vector<float> o0 = o;
         codec.pv(p.data(), rows, lds, v.bytes.data(), c, d, o.data(), next.bytes.data());
         for (int64_t r = 0; r < rows; ++r) {
-          // int8 values meet the row's weights rounded to int16: at most
-          // max(p) / 65534 off each, times the codes' sum.
           double pmax = 0;
           for (int64_t j = 0; j < c; ++j) pmax = std::max(pmax, double(p[r * lds + j]));
           for (int64_t x = 0; x < d; ++x) {
-            double want = o0[r * d + x], l1 = 0;
+            double want = o0[r * d + x], l1 = 0, abs = 0;
             for (int64_t j = 0; j < c; ++j) {
               want += double(p[r * lds + j]) * v.held[j * d + x];
               l1 += std::fabs(v.held[j * d + x]);
+              abs += std::fabs(double(p[r * lds + j]) * v.held[j * d + x]);
             }
-            const double rounding = GetParam() == PageFormat::kInt8 ? pmax / 65534 * l1 : 0.0;
+            const double rounding = Rounding(pmax, l1, abs);
             ASSERT_NEAR(o[r * d + x], want, 1e-4 * (1 + std::fabs(want)) + rounding)
                 << r << "," << x;
           }
@@ -289,6 +305,49 @@ INSTANTIATE_TEST_SUITE_P(Formats, PageLoops,
                          ::testing::Values(PageFormat::kFloat32, PageFormat::kBFloat16,
                                            PageFormat::kFloat16, PageFormat::kInt8,
                                            PageFormat::kFp8E4M3));
+
+// fp8's bf16 loops scale each query row and each row of weights by a power
+// of two before rounding them to bf16, so that no product of theirs with a
+// code (the code's value times 2^-120 in bf16's places) falls into float32's
+// subnormals, which VDPBF16PS flushes to 0. Rows from 2^-110 to 2^60 keep
+// the bf16 rounding's relative precision; the float loops meet it anyway.
+TEST(PageLoops, Fp8RowsFarFromOneKeepTheirPrecision) {
+  if (!attn::internal::InRegisterTier()) GTEST_SKIP() << "no in-register loops on this tier";
+  const PageCodec& codec = CodecOf(PageFormat::kFp8E4M3);
+  std::mt19937 rng(21);
+  const int64_t d = 64, rows = 5, c = 37;
+  const double powers[rows] = {0x1p-110, 0x1p60, 1.0, 0x1p-20, 0x1p-90};
+  std::vector<float> q = Values(static_cast<size_t>(rows * d), rng);
+  std::vector<float> p(static_cast<size_t>(rows * c));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t x = 0; x < d; ++x) q[r * d + x] = float(q[r * d + x] * powers[r]);
+    for (int64_t j = 0; j < c; ++j) p[r * c + j] = float((j + 1) * powers[(r + 2) % rows]);
+  }
+  const Page k = Store(PageFormat::kFp8E4M3, c * d, rng);
+  const Page v = Store(PageFormat::kFp8E4M3, c * d, rng);
+  std::vector<float> s(static_cast<size_t>(rows * c));
+  codec.qk(q.data(), rows, k.bytes.data(), c, d, s.data(), c, nullptr);
+  std::vector<float> o(static_cast<size_t>(rows * d), 0.0f);
+  codec.pv(p.data(), rows, c, v.bytes.data(), c, d, o.data(), nullptr);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < c; ++j) {
+      double want = 0, abs = 0;
+      for (int64_t x = 0; x < d; ++x) {
+        want += double(q[r * d + x]) * k.held[j * d + x];
+        abs += std::fabs(double(q[r * d + x]) * k.held[j * d + x]);
+      }
+      ASSERT_NEAR(s[r * c + j], want, abs * (1.0 / 256 + 1e-5)) << r << "," << j;
+    }
+    for (int64_t x = 0; x < d; ++x) {
+      double want = 0, abs = 0;
+      for (int64_t j = 0; j < c; ++j) {
+        want += double(p[r * c + j]) * v.held[j * d + x];
+        abs += std::fabs(double(p[r * c + j]) * v.held[j * d + x]);
+      }
+      ASSERT_NEAR(o[r * d + x], want, abs * (1.0 / 256 + 1e-5)) << r << "," << x;
+    }
+  }
+}
 
 // int4's integer loops (int4_loops.cc) against float64 over the values the
 // codes stand for (min + code * scale, in float64). QK rounds the query
