@@ -148,6 +148,27 @@ ATTN_FP8_DOT inline void ScaledWords(const float* x, int64_t n, int e, uint16_t*
   }
 }
 
+// Rows of floats as bf16 words (ScaledWords, each scaled as ShiftFor says)
+// `stride` apart (n rounded up to 16, zeros past n), and the factor that
+// takes a row's sums against codes back to the loaders' units: the codes'
+// 2^-120 and Load's 2^-8 undone, and the row's 2^e.
+struct WordRows {
+  std::vector<uint16_t> w;
+  std::vector<float> unit;
+  int64_t stride = 0;
+};
+
+void RoundRows(const float* x, int64_t rows, int64_t ld, int64_t n, WordRows* out) {
+  out->stride = (n + 15) / 16 * 16;
+  out->w.resize(static_cast<size_t>(rows * out->stride));
+  out->unit.resize(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    const int e = ShiftFor(x + r * ld, n);
+    ScaledWords(x + r * ld, n, e, out->w.data() + r * out->stride);
+    out->unit[static_cast<size_t>(r)] = Pow2(112 - e);
+  }
+}
+
 // R query rows (words, d apart) against keys [0, c): four keys at a time.
 template <int R>
 ATTN_FP8_DOT void QkWords(const uint16_t* qw, const float* unit, const uint8_t* k, int64_t c,
@@ -194,37 +215,17 @@ void QkFp8(const float* q, int64_t rows, const uint8_t* k, int64_t c, int64_t d,
   if (!(UseAvx512(d) && d % 32 == 0 && Bf16MatrixTier() != Bf16Tier::kNone)) {
     return QkPageOf<LoadFp8, Load512Fp8>(q, rows, k, c, d, s, lds, next);
   }
-  thread_local std::vector<uint16_t> qw;
-  thread_local std::vector<float> unit;
-  qw.resize(static_cast<size_t>(rows * d));
-  unit.resize(static_cast<size_t>(rows));
-  for (int64_t r = 0; r < rows; ++r) {
-    const int e = ShiftFor(q + r * d, d);
-    ScaledWords(q + r * d, d, e, qw.data() + r * d);
-    // the keys' 2^-120 and the loaders' 2^-8 taken back, and the row's 2^e
-    unit[static_cast<size_t>(r)] = Pow2(112 - e);
-  }
+  thread_local WordRows qw;
+  RoundRows(q, rows, d, d, &qw);
   int64_t r = 0;
   for (; r + 4 <= rows; r += 4) {
-    QkWords<4>(qw.data() + r * d, unit.data() + r, k, c, d, s + r * lds, lds,
+    QkWords<4>(qw.w.data() + r * d, qw.unit.data() + r, k, c, d, s + r * lds, lds,
                r == 0 ? next : nullptr);
   }
   for (; r < rows; ++r) {
-    QkWords<1>(qw.data() + r * d, unit.data() + r, k, c, d, s + r * lds, lds,
+    QkWords<1>(qw.w.data() + r * d, qw.unit.data() + r, k, c, d, s + r * lds, lds,
                r == 0 ? next : nullptr);
   }
-}
-
-// o[r, x..x+32) += unit_r * (lo, hi) put back in column order: lo holds
-// columns 8k..8k+3 of each 128-bit lane k, hi columns 8k+4..8k+7.
-ATTN_FP8_DOT inline void AddPairSumsPs(__m512 l, __m512 h, float unit, float* o) {
-  const __m512i first = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
-  const __m512i second =
-      _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
-  const __m512 sc = _mm512_set1_ps(unit);
-  _mm512_storeu_ps(o, _mm512_fmadd_ps(_mm512_permutex2var_ps(l, first, h), sc, _mm512_loadu_ps(o)));
-  _mm512_storeu_ps(
-      o + 16, _mm512_fmadd_ps(_mm512_permutex2var_ps(l, second, h), sc, _mm512_loadu_ps(o + 16)));
 }
 
 // R rows by columns [x, x + 32) over tokens [0, c), two tokens at a time:
@@ -232,7 +233,7 @@ ATTN_FP8_DOT inline void AddPairSumsPs(__m512 l, __m512 h, float unit, float* o)
 template <int R>
 ATTN_FP8_DOT void PvWords(const uint32_t* pairs, int64_t stride, const float* unit,
                           const uint8_t* v, int64_t c, int64_t dv, int64_t x, float* o,
-                          const uint8_t* ahead, int64_t lines) {
+                          PairAhead ahead) {
   __m512 lo[R], hi[R];
   for (int i = 0; i < R; ++i) lo[i] = hi[i] = _mm512_setzero_ps();
   auto pair = [&](int64_t t, __m512i a, __m512i b) ATTN_FP8_DOT {
@@ -243,16 +244,16 @@ ATTN_FP8_DOT void PvWords(const uint32_t* pairs, int64_t stride, const float* un
       hi[i] = DotBf16(hi[i], ihi, w);
     }
   };
-  const int64_t full = c / 2, with = std::min(lines, full);
+  const int64_t full = c / 2, with = std::min(ahead.lines, full);
   int64_t t = 0;
   for (; t < with; ++t) {
-    PrefetchLine(ahead + t * 64);
+    PrefetchLine(ahead.at + t * 64);
     pair(t, CodeWords(v + 2 * t * dv + x), CodeWords(v + (2 * t + 1) * dv + x));
   }
   for (; t < full; ++t) pair(t, CodeWords(v + 2 * t * dv + x), CodeWords(v + (2 * t + 1) * dv + x));
-  for (; t < lines; ++t) PrefetchLine(ahead + t * 64);
+  for (; t < ahead.lines; ++t) PrefetchLine(ahead.at + t * 64);
   if (c % 2 != 0) pair(full, CodeWords(v + (c - 1) * dv + x), _mm512_setzero_si512());
-  for (int i = 0; i < R; ++i) AddPairSumsPs(lo[i], hi[i], unit[i], o + i * dv + x);
+  for (int i = 0; i < R; ++i) AddPairSums(lo[i], hi[i], unit[i], o + i * dv + x);
 }
 
 void PvFp8(const float* p, int64_t rows, int64_t ldp, const uint8_t* v, int64_t c, int64_t dv,
@@ -260,31 +261,20 @@ void PvFp8(const float* p, int64_t rows, int64_t ldp, const uint8_t* v, int64_t 
   if (!(UseAvx512(dv) && dv % 32 == 0 && Bf16MatrixTier() != Bf16Tier::kNone)) {
     return PvPageOf<LoadFp8, Load512Fp8>(p, rows, ldp, v, c, dv, o, next);
   }
-  thread_local std::vector<uint16_t> w;
-  thread_local std::vector<float> unit;
-  const int64_t np = (c + 1) / 2, n16 = (c + 15) / 16 * 16;
-  w.resize(static_cast<size_t>(rows * n16));
-  unit.resize(static_cast<size_t>(rows));
-  for (int64_t r = 0; r < rows; ++r) {
-    const int e = ShiftFor(p + r * ldp, c);
-    ScaledWords(p + r * ldp, c, e, w.data() + r * n16);
-    unit[static_cast<size_t>(r)] = Pow2(112 - e);
-  }
-  const auto* pairs = reinterpret_cast<const uint32_t*>(w.data());
-  const int64_t npp = n16 / 2;
-  const int64_t total = next == nullptr ? 0 : (c * dv + 63) / 64;
+  thread_local WordRows w;
+  RoundRows(p, rows, ldp, c, &w);
+  const auto* pairs = reinterpret_cast<const uint32_t*>(w.w.data());
+  const int64_t npp = w.stride / 2;
   for (int64_t x = 0; x < dv; x += 32) {
-    const int64_t done = x / 32 * np;
-    const uint8_t* ahead = next == nullptr ? nullptr : next + done * 64;
-    const int64_t lines = std::max<int64_t>(0, std::min(np, total - done));
+    const PairAhead ahead = PairAheadOf(next, c, dv, x), none;
     int64_t r = 0;
     for (; r + 4 <= rows; r += 4) {
-      PvWords<4>(pairs + r * npp, npp, unit.data() + r, v, c, dv, x, o + r * dv,
-                 r == 0 ? ahead : nullptr, r == 0 ? lines : 0);
+      PvWords<4>(pairs + r * npp, npp, w.unit.data() + r, v, c, dv, x, o + r * dv,
+                 r == 0 ? ahead : none);
     }
     for (; r < rows; ++r) {
-      PvWords<1>(pairs + r * npp, npp, unit.data() + r, v, c, dv, x, o + r * dv,
-                 r == 0 ? ahead : nullptr, r == 0 ? lines : 0);
+      PvWords<1>(pairs + r * npp, npp, w.unit.data() + r, v, c, dv, x, o + r * dv,
+                 r == 0 ? ahead : none);
     }
   }
 }

@@ -212,16 +212,20 @@ ATTN_I8_VNNI void QkI16x512(const QRows& qr, int64_t rows, const int8_t* k, int6
   }
 }
 
-// The same sixteen products wide on the AVX2 tier.
+// The same sixteen products wide on the AVX2 tier. (Functions, not
+// lambdas: a lambda's function-pointer thunk has no target attribute, and
+// GCC warned of its AVX return.)
+ATTN_DECODE inline __m256i DotWords256(__m256i acc, __m256i qv, __m256i kv) {
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(qv, kv));
+}
+ATTN_DECODE inline __m256i KeyWords256(const int8_t* p) {
+  return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
 ATTN_DECODE void QkI16x256(const QRows& qr, int64_t rows, const int8_t* k, int64_t c, int64_t d,
                            float* s, int64_t lds, const uint8_t* next) {
   const int16_t* q = qr.q.data();
   int64_t r = 0;
-  auto dot = [](__m256i acc, __m256i qv, __m256i kv)
-                 ATTN_DECODE { return _mm256_add_epi32(acc, _mm256_madd_epi16(qv, kv)); };
-  auto key = [](const int8_t* p) ATTN_DECODE {
-    return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  };
   for (; r + 4 <= rows; r += 4) {  // four rows against one key
     const int16_t* q0 = q + r * d;
     for (int64_t j = 0; j < c; ++j) {
@@ -229,11 +233,11 @@ ATTN_DECODE void QkI16x256(const QRows& qr, int64_t rows, const int8_t* k, int64
       const int8_t* kj = k + j * d;
       __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
       for (int64_t x = 0; x < d; x += 16) {
-        const __m256i kv = key(kj + x);
-        a0 = dot(a0, _mm256_loadu_si256((const __m256i*)(q0 + x)), kv);
-        a1 = dot(a1, _mm256_loadu_si256((const __m256i*)(q0 + d + x)), kv);
-        a2 = dot(a2, _mm256_loadu_si256((const __m256i*)(q0 + 2 * d + x)), kv);
-        a3 = dot(a3, _mm256_loadu_si256((const __m256i*)(q0 + 3 * d + x)), kv);
+        const __m256i kv = KeyWords256(kj + x);
+        a0 = DotWords256(a0, _mm256_loadu_si256((const __m256i*)(q0 + x)), kv);
+        a1 = DotWords256(a1, _mm256_loadu_si256((const __m256i*)(q0 + d + x)), kv);
+        a2 = DotWords256(a2, _mm256_loadu_si256((const __m256i*)(q0 + 2 * d + x)), kv);
+        a3 = DotWords256(a3, _mm256_loadu_si256((const __m256i*)(q0 + 3 * d + x)), kv);
       }
       alignas(16) float out[4];
       _mm_store_ps(out, Sum4(_mm256_cvtepi32_ps(a0), _mm256_cvtepi32_ps(a1), _mm256_cvtepi32_ps(a2),
@@ -254,7 +258,8 @@ ATTN_DECODE void QkI16x256(const QRows& qr, int64_t rows, const int8_t* k, int64
                       _mm256_setzero_si256()};
       for (int64_t x = 0; x < d; x += 16) {
         const __m256i qv = _mm256_loadu_si256((const __m256i*)(q0 + x));
-        for (int64_t t = 0; t < n; ++t) a[t] = dot(a[t], qv, key(k + (j + t) * d + x));
+        for (int64_t t = 0; t < n; ++t)
+          a[t] = DotWords256(a[t], qv, KeyWords256(k + (j + t) * d + x));
       }
       alignas(16) float out[4];
       _mm_store_ps(out, Sum4(_mm256_cvtepi32_ps(a[0]), _mm256_cvtepi32_ps(a[1]),
@@ -302,19 +307,6 @@ ATTN_I8_512 void RoundWeights(const float* p, int64_t rows, int64_t ldp, int64_t
   }
 }
 
-// o[r, x..x+32) += scale_r * (lo, hi) put back in column order: lo holds
-// columns 8k..8k+3 of each 128-bit lane k, hi columns 8k+4..8k+7.
-ATTN_I8_512 inline void AddPairSums(__m512i lo, __m512i hi, float scale, float* o) {
-  const __m512 l = _mm512_cvtepi32_ps(lo), h = _mm512_cvtepi32_ps(hi);
-  const __m512i first = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
-  const __m512i second =
-      _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
-  const __m512 sc = _mm512_set1_ps(scale);
-  _mm512_storeu_ps(o, _mm512_fmadd_ps(_mm512_permutex2var_ps(l, first, h), sc, _mm512_loadu_ps(o)));
-  _mm512_storeu_ps(
-      o + 16, _mm512_fmadd_ps(_mm512_permutex2var_ps(l, second, h), sc, _mm512_loadu_ps(o + 16)));
-}
-
 // Tokens 2t and 2t + 1 (a and b, as int16) into R rows' sums.
 template <bool kVnni, int R>
 __attribute__((always_inline)) ATTN_I8_VNNI inline void PvPair(const int32_t* pairs, int64_t np,
@@ -329,27 +321,28 @@ __attribute__((always_inline)) ATTN_I8_VNNI inline void PvPair(const int32_t* pa
 }
 
 // R rows (1 to 4) by 32 columns at x, over tokens [0, c) of v.
-// `ahead` (or null): lines of the page read next, one prefetched a token
+// `ahead`: lines of the page read next (PairAheadOf), one prefetched a token
 // pair (a burst of them at once stalled on the fill buffers).
 template <bool kVnni, int R>
 ATTN_I8_VNNI void PvRows512(const int32_t* pairs, int64_t np, const float* scale, const int8_t* v,
-                            int64_t c, int64_t dv, int64_t x, float* o, const uint8_t* ahead,
-                            int64_t ahead_lines) {
+                            int64_t c, int64_t dv, int64_t x, float* o, PairAhead ahead) {
   __m512i lo[R], hi[R];
   for (int i = 0; i < R; ++i) lo[i] = hi[i] = _mm512_setzero_si512();
   auto row = [&](int64_t j) ATTN_I8_512 {
     return _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(v + j * dv + x)));
   };
-  const int64_t full = c / 2, with = std::min(ahead_lines, full);
+  const int64_t full = c / 2, with = std::min(ahead.lines, full);
   int64_t t = 0;
   for (; t < with; ++t) {
-    PrefetchLine(ahead + t * 64);
+    PrefetchLine(ahead.at + t * 64);
     PvPair<kVnni, R>(pairs, np, t, row(2 * t), row(2 * t + 1), lo, hi);
   }
   for (; t < full; ++t) PvPair<kVnni, R>(pairs, np, t, row(2 * t), row(2 * t + 1), lo, hi);
-  for (; t < ahead_lines; ++t) PrefetchLine(ahead + t * 64);
+  for (; t < ahead.lines; ++t) PrefetchLine(ahead.at + t * 64);
   if (c % 2 != 0) PvPair<kVnni, R>(pairs, np, full, row(c - 1), _mm512_setzero_si512(), lo, hi);
-  for (int i = 0; i < R; ++i) AddPairSums(lo[i], hi[i], scale[i], o + i * dv + x);
+  for (int i = 0; i < R; ++i) {
+    AddPairSums(_mm512_cvtepi32_ps(lo[i]), _mm512_cvtepi32_ps(hi[i]), scale[i], o + i * dv + x);
+  }
 }
 
 template <bool kVnni>
@@ -358,20 +351,16 @@ ATTN_I8_VNNI void PvI16x512(const std::vector<int16_t>& w16, const std::vector<f
                             const uint8_t* next) {
   const int64_t np = (c + 1) / 2;
   const auto* pairs = reinterpret_cast<const int32_t*>(w16.data());
-  // The next page's values, c * dv bytes: np lines a column chunk.
-  const int64_t total = next == nullptr ? 0 : (c * dv + 63) / 64;
   for (int64_t x = 0; x < dv; x += 32) {
-    const int64_t done = x / 32 * np;
-    const uint8_t* ahead = next == nullptr ? nullptr : next + done * 64;
-    const int64_t lines = std::max<int64_t>(0, std::min(np, total - done));
+    const PairAhead ahead = PairAheadOf(next, c, dv, x), none;
     int64_t r = 0;
     for (; r + 4 <= rows; r += 4) {
       PvRows512<kVnni, 4>(pairs + r * np, np, scale.data() + r, v, c, dv, x, o + r * dv,
-                          r == 0 ? ahead : nullptr, r == 0 ? lines : 0);
+                          r == 0 ? ahead : none);
     }
     for (; r < rows; ++r) {
       PvRows512<kVnni, 1>(pairs + r * np, np, scale.data() + r, v, c, dv, x, o + r * dv,
-                          r == 0 ? ahead : nullptr, r == 0 ? lines : 0);
+                          r == 0 ? ahead : none);
     }
   }
 }

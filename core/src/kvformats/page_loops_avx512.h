@@ -57,6 +57,24 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma"))) inline 
   return _mm512_add_epi32(acc, _mm512_madd_epi16(a, b));
 }
 
+// o[x..x+32) += unit * (lo, hi) put back in column order, after sums over
+// pairs of tokens interleaved by 16-bit unpacks (int8's and fp8's PV): lo
+// holds columns 8k..8k+3 of each 128-bit lane k, hi columns 8k+4..8k+7.
+// (Its target is a subset of every caller's, so that it inlines.)
+__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) inline void AddPairSums(__m512 lo,
+                                                                                      __m512 hi,
+                                                                                      float unit,
+                                                                                      float* o) {
+  const __m512i first = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  const __m512i second =
+      _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+  const __m512 sc = _mm512_set1_ps(unit);
+  _mm512_storeu_ps(o,
+                   _mm512_fmadd_ps(_mm512_permutex2var_ps(lo, first, hi), sc, _mm512_loadu_ps(o)));
+  _mm512_storeu_ps(
+      o + 16, _mm512_fmadd_ps(_mm512_permutex2var_ps(lo, second, hi), sc, _mm512_loadu_ps(o + 16)));
+}
+
 // Sixteen float vectors to one: lane i the sum of v[i]'s lanes (as
 // SumEach16).
 ATTN_DECODE512 inline __m512 SumEach16Ps(const __m512* v) {
