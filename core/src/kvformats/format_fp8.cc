@@ -187,13 +187,9 @@ ATTN_FP8_DOT void QkWords(const uint16_t* qw, const float* unit, const uint8_t* 
       }
     }
     if constexpr (R == 4) {
-      const __m512 u =
-          _mm512_setr_ps(unit[0], unit[0], unit[0], unit[0], unit[1], unit[1], unit[1], unit[1],
-                         unit[2], unit[2], unit[2], unit[2], unit[3], unit[3], unit[3], unit[3]);
+      const __m512 u = QuadOf(unit);
       const __m512 sum = _mm512_mul_ps(SumEach16Ps(acc), u);
-      for (int r = 0; r < 4; ++r) {
-        _mm_storeu_ps(s + r * lds + j, _mm512_extractf32x4_ps(sum, r));
-      }
+      StoreQuad(s + j, lds, sum);
     } else {
       _mm_storeu_ps(s + j, _mm_mul_ps(Sum4(Fold(acc[0]), Fold(acc[1]), Fold(acc[2]), Fold(acc[3])),
                                       _mm_set1_ps(unit[0])));

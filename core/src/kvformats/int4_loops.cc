@@ -191,15 +191,7 @@ ATTN_I4_VNNI void Tile(const BlockQuery& bq, int64_t r0, const uint8_t* k, int64
   const __m512 all = _mm512_cvtepi32_ps(SumEach16(acc));
   if constexpr (R == 4 && K == 4) {  // block rr: row rr's four keys
     const float *sc = bq.scale.data() + r0, *b = bq.bias.data() + r0;
-    const __m512i four = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-    const __m512 scv = _mm512_permutexvar_ps(four, _mm512_castps128_ps512(_mm_loadu_ps(sc)));
-    const __m512 bv = _mm512_permutexvar_ps(four, _mm512_castps128_ps512(_mm_loadu_ps(b)));
-    const __m512 out = _mm512_fmadd_ps(all, scv, bv);
-    float* s0 = s + r0 * lds + j;
-    _mm_storeu_ps(s0, _mm512_castps512_ps128(out));
-    _mm_storeu_ps(s0 + lds, _mm512_extractf32x4_ps(out, 1));
-    _mm_storeu_ps(s0 + 2 * lds, _mm512_extractf32x4_ps(out, 2));
-    _mm_storeu_ps(s0 + 3 * lds, _mm512_extractf32x4_ps(out, 3));
+    StoreQuad(s + r0 * lds + j, lds, _mm512_fmadd_ps(all, QuadOf(sc), QuadOf(b)));
     return;
   }
   alignas(64) float sums[16];

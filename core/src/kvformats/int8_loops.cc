@@ -89,9 +89,7 @@ ATTN_I8_512 inline __m256 FoldI(__m512i a) {
 template <bool kVnni>
 ATTN_I8_VNNI int64_t QkFourByFour(const int16_t* q0, const float* scale, const int8_t* k, int64_t c,
                                   int64_t d, float* s, int64_t lds, const uint8_t* next) {
-  const __m512 sc = _mm512_setr_ps(scale[0], scale[0], scale[0], scale[0], scale[1], scale[1],
-                                   scale[1], scale[1], scale[2], scale[2], scale[2], scale[2],
-                                   scale[3], scale[3], scale[3], scale[3]);
+  const __m512 sc = QuadOf(scale);
   int64_t j = 0;
   for (; j + 4 <= c; j += 4) {
     for (int64_t jj = j; jj < j + 4; ++jj) PrefetchToken(next, d, jj);
@@ -110,10 +108,7 @@ ATTN_I8_VNNI int64_t QkFourByFour(const int16_t* q0, const float* scale, const i
     }
     // Block rr of the sums: row rr's four keys.
     const __m512 sums = _mm512_mul_ps(_mm512_cvtepi32_ps(SumEach16(a)), sc);
-    _mm_storeu_ps(s + j, _mm512_castps512_ps128(sums));
-    _mm_storeu_ps(s + lds + j, _mm512_extractf32x4_ps(sums, 1));
-    _mm_storeu_ps(s + 2 * lds + j, _mm512_extractf32x4_ps(sums, 2));
-    _mm_storeu_ps(s + 3 * lds + j, _mm512_extractf32x4_ps(sums, 3));
+    StoreQuad(s + j, lds, sums);
   }
   return j;
 }

@@ -43,6 +43,25 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) inline __m512i Sum
                           _mm512_shuffle_i32x4(w01, w23, 0xDD));
 }
 
+// Four rows' factors against SumEach16's blocks: {v0 x4, v1 x4, v2 x4,
+// v3 x4}. (Their target is a subset of every caller's, so that they inline.)
+__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) inline __m512 QuadOf(const float* v) {
+  const __m512i four = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  return _mm512_permutexvar_ps(four, _mm512_castps128_ps512(_mm_loadu_ps(v)));
+}
+
+// Block r of v (row r's four keys, as SumEach16 leaves them) to s + r * lds,
+// written out: an extract's block number must be a constant, which a loop
+// gives only when the compiler unrolls it (not in the ASan build).
+__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) inline void StoreQuad(float* s,
+                                                                                    int64_t lds,
+                                                                                    __m512 v) {
+  _mm_storeu_ps(s, _mm512_castps512_ps128(v));
+  _mm_storeu_ps(s + lds, _mm512_extractf32x4_ps(v, 1));
+  _mm_storeu_ps(s + 2 * lds, _mm512_extractf32x4_ps(v, 2));
+  _mm_storeu_ps(s + 3 * lds, _mm512_extractf32x4_ps(v, 3));
+}
+
 // acc + the sums of pairs of int16 products a lane: VPDPWSSD with VNNI
 // (as an asm statement: around _mm512_dpwssd_epi32 GCC 12 moves the sum
 // through another register and a stack slot), VPMADDWD and an add
@@ -181,9 +200,7 @@ ATTN_DECODE512 int64_t QkQuad512(const float* q0, const typename L::T* k, int64_
       _mm512_store_ps(qp + i + 16, P::kEvenOdd ? _mm512_permutex2var_ps(a, odd, b) : b);
     }
   }
-  const __m512 units =
-      _mm512_setr_ps(unit[0], unit[0], unit[0], unit[0], unit[1], unit[1], unit[1], unit[1],
-                     unit[2], unit[2], unit[2], unit[2], unit[3], unit[3], unit[3], unit[3]);
+  const __m512 units = QuadOf(unit);
   int64_t j = 0;
   for (; j + 4 <= c; j += 4) {
     for (int64_t jj = j; jj < j + 4; ++jj) PrefetchToken(next, tb, jj);
@@ -207,10 +224,7 @@ ATTN_DECODE512 int64_t QkQuad512(const float* q0, const typename L::T* k, int64_
     }
     __m512 sum = SumEach16Ps(acc);
     if constexpr (P::kUnit != 1.0f) sum = _mm512_mul_ps(sum, units);
-    _mm_storeu_ps(s + j, _mm512_extractf32x4_ps(sum, 0));
-    _mm_storeu_ps(s + lds + j, _mm512_extractf32x4_ps(sum, 1));
-    _mm_storeu_ps(s + 2 * lds + j, _mm512_extractf32x4_ps(sum, 2));
-    _mm_storeu_ps(s + 3 * lds + j, _mm512_extractf32x4_ps(sum, 3));
+    StoreQuad(s + j, lds, sum);
   }
   return j;
 }
