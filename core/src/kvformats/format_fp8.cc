@@ -156,6 +156,7 @@ struct WordRows {
   std::vector<uint16_t> w;
   std::vector<float> unit;
   int64_t stride = 0;
+  RowsOrigin origin;  // the query rows they were made from (PreparedRows)
 };
 
 void RoundRows(const float* x, int64_t rows, int64_t ld, int64_t n, WordRows* out) {
@@ -211,8 +212,8 @@ void QkFp8(const float* q, int64_t rows, const uint8_t* k, int64_t c, int64_t d,
   if (!(UseAvx512(d) && d % 32 == 0 && Bf16MatrixTier() != Bf16Tier::kNone)) {
     return QkPageOf<LoadFp8, Load512Fp8>(q, rows, k, c, d, s, lds, next);
   }
-  thread_local WordRows qw;
-  RoundRows(q, rows, d, d, &qw);
+  WordRows& qw = PreparedRows<WordRows>(q);  // once per kv head, not per page
+  if (!qw.origin.Same(q, rows, d)) RoundRows(q, rows, d, d, &qw);
   int64_t r = 0;
   for (; r + 4 <= rows; r += 4) {
     QkWords<4>(qw.w.data() + r * d, qw.unit.data() + r, k, c, d, s + r * lds, lds,

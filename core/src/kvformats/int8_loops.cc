@@ -42,8 +42,8 @@ struct QRows {
   std::vector<int16_t> q;
   std::vector<float> scale;
   // The rows they were made from: a task asks for the same rows page after
-  // page, and they are rounded once (QkInt8Codes keeps one per kv head).
-  std::vector<float> from;
+  // page, and they are rounded once a kv head (PreparedRows).
+  RowsOrigin origin;
   bool ok = false;
 };
 
@@ -57,9 +57,7 @@ inline float RoundToInt(float v) {
 // q rows (dense, d long) as int16 and their scales; false when one is not
 // finite.
 bool RoundRows(const float* q, int64_t rows, int64_t d, QRows* out) {
-  const size_t n = static_cast<size_t>(rows * d);
-  if (out->from.size() == n && std::memcmp(out->from.data(), q, n * 4) == 0) return out->ok;
-  out->from.assign(q, q + n);
+  if (out->origin.Same(q, rows, d)) return out->ok;
   out->ok = false;
   out->q.resize(static_cast<size_t>(rows * d));
   out->scale.resize(static_cast<size_t>(rows));
@@ -364,20 +362,7 @@ ATTN_I8_VNNI void PvI16x512(const std::vector<int16_t>& w16, const std::vector<f
 
 void QkInt8Codes(const float* q, int64_t rows, const uint8_t* k, int64_t c, int64_t d, float* s,
                  int64_t lds, const uint8_t* next) {
-  // A task sweeps its pages head by head within a page: one rounded copy
-  // per kv head's rows, found by their address and checked by content.
-  constexpr size_t kHeads = 16;
-  thread_local QRows cache[kHeads];
-  thread_local const float* where[kHeads] = {};
-  thread_local size_t next_slot = 0;
-  size_t slot = 0;
-  while (slot < kHeads && where[slot] != q) ++slot;
-  if (slot == kHeads) {
-    slot = next_slot;
-    next_slot = (next_slot + 1) % kHeads;
-    where[slot] = q;
-  }
-  QRows& qr = cache[slot];
+  QRows& qr = PreparedRows<QRows>(q);
   const auto* k8 = reinterpret_cast<const int8_t*>(k);
   const bool wide = UseAvx512(d) && d % 32 == 0;
   if (d <= 512 && (wide || d % 16 == 0) && RoundRows(q, rows, d, &qr)) {

@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <vector>
 
 #include "support/simd.h"
 
@@ -60,6 +62,42 @@ struct SpreadPrefetch {
     const int64_t last = total > 0 ? total - 1 : 0, i = (k * c + j) * per;
     PrefetchLine(base + std::min(i, last) * 64);
     PrefetchLine(base + std::min(i + 1, last) * 64);
+  }
+};
+
+// A codec's query rows prepared once per kv head (rounded, scaled): a task
+// sweeps its pages head by head within a page and asks for the same rows
+// page after page. The thread's last 16 preparations of type T, found by
+// the rows' address; T's `origin` (RowsOrigin) tells the caller whether it
+// still holds for their content and shape.
+template <typename T>
+T& PreparedRows(const float* q) {
+  constexpr size_t kSlots = 16;
+  thread_local T cache[kSlots];
+  thread_local const float* where[kSlots] = {};
+  thread_local size_t next_slot = 0;
+  size_t slot = 0;
+  while (slot < kSlots && where[slot] != q) ++slot;
+  if (slot == kSlots) {
+    slot = next_slot;
+    next_slot = (next_slot + 1) % kSlots;
+    where[slot] = q;
+  }
+  return cache[slot];
+}
+
+// The query rows a preparation was made from.
+struct RowsOrigin {
+  std::vector<float> from;
+  int64_t rows = -1, d = -1;
+  // True when these are the rows [r, dd] at q; else they become them.
+  bool Same(const float* q, int64_t r, int64_t dd) {
+    const size_t n = static_cast<size_t>(r * dd);
+    if (r == rows && dd == d && std::memcmp(from.data(), q, n * 4) == 0) return true;
+    from.assign(q, q + n);
+    rows = r;
+    d = dd;
+    return false;
   }
 };
 

@@ -306,6 +306,38 @@ INSTANTIATE_TEST_SUITE_P(Formats, PageLoops,
                                            PageFormat::kFloat16, PageFormat::kInt8,
                                            PageFormat::kFp8E4M3));
 
+// int8 and fp8 prepare a block of query rows once a kv head (rounded,
+// scaled per row) and find it again by its address and content: the same
+// 256 floats at the same address as 4 rows of 64 and then as 2 rows of 128
+// (rows of different scales) must each be prepared for their own shape.
+TEST(PageLoops, PreparedQueryRowsFollowTheirShape) {
+  if (!attn::internal::InRegisterTier()) GTEST_SKIP() << "no in-register loops on this tier";
+  std::mt19937 rng(17);
+  std::vector<float> q = Values(256, rng);
+  for (size_t i = 0; i < q.size(); ++i) q[i] *= float(1 + i / 64);  // row scales 1-4
+  for (PageFormat f : {PageFormat::kInt8, PageFormat::kFp8E4M3}) {
+    const PageCodec& codec = CodecOf(f);
+    const int64_t c = 8;
+    for (int64_t d : {64, 128, 64}) {
+      SCOPED_TRACE(std::string(codec.name) + " d " + std::to_string(d));
+      const int64_t rows = 256 / d;
+      const Page k = Store(f, c * d, rng);
+      std::vector<float> s(static_cast<size_t>(rows * c));
+      codec.qk(q.data(), rows, k.bytes.data(), c, d, s.data(), c, nullptr);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t j = 0; j < c; ++j) {
+          double want = 0, abs = 0;
+          for (int64_t x = 0; x < d; ++x) {
+            want += double(q[r * d + x]) * k.held[j * d + x];
+            abs += std::fabs(double(q[r * d + x]) * k.held[j * d + x]);
+          }
+          ASSERT_NEAR(s[r * c + j], want, abs / 200 + 1e-6) << r << "," << j;
+        }
+      }
+    }
+  }
+}
+
 // fp8's bf16 loops scale each query row and each row of weights by a power
 // of two before rounding them to bf16, so that no product of theirs with a
 // code (the code's value times 2^-120 in bf16's places) falls into float32's
