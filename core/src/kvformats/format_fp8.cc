@@ -119,8 +119,8 @@ int64_t Bytes1(int64_t dim) { return dim; }
 // value times 2^-120 (the code has no subnormals to lose: the encoder never
 // writes them), so VDPBF16PS multiplies 32 codes by 32 bf16 numbers in one
 // instruction, where the float loops widen and multiply 16. The query rows
-// and the weights are rounded to bf16 (a relative error of 2^-9, against
-// the code's 2^-4) after scaling by a power of two that keeps every product
+// and the weights are rounded to bf16 (a relative error of at most 2^-8,
+// against the code's 2^-4) after scaling by a power of two that keeps every product
 // clear of float32's subnormals, which VDPBF16PS flushes; the power goes back
 // with the sums.
 
