@@ -166,7 +166,11 @@ inline float Pow2(int e) {
   return f;
 }
 
-// x times 2^e for a ShiftFor exponent (-15 to 227: two float factors).
+// x times 2^e for e in [-254, 254] (a ShiftFor exponent, or its negation
+// for the way back): two float factors, 2^(e/2) then the rest.
+inline float ScaledByPow2(float x, int e) { return x * Pow2(e / 2) * Pow2(e - e / 2); }
+
+// The same sixteen lanes at a time.
 struct TimesPow2 {
   __m512 a, b;
   ATTN_DECODE512 explicit TimesPow2(int e)
@@ -190,7 +194,7 @@ ATTN_DECODE512 int64_t QkQuad512(const float* q0, const typename L::T* k, int64_
     int e = 0;
     if constexpr (P::kUnit != 1.0f) {
       e = ShiftFor(q0 + r * d, d);
-      unit[r] = P::kUnit * Pow2(-e / 2) * Pow2(-e - (-e / 2));
+      unit[r] = ScaledByPow2(P::kUnit, -e);
     }
     const TimesPow2 times(e);
     for (int64_t i = r * d; i < (r + 1) * d; i += 32) {
@@ -362,9 +366,8 @@ ATTN_DECODE512 void PvFast512(const float* p, int64_t rows, int64_t ldp, const t
       scaled.resize(static_cast<size_t>(4 * c));
       for (int64_t i = 0; i < 4; ++i) {
         const int e = ShiftFor(p0 + i * ldp, c);
-        const float f = Pow2(e / 2), g = Pow2(e - e / 2);
-        for (int64_t j = 0; j < c; ++j) scaled[i * c + j] = p0[i * ldp + j] * f * g;
-        units[i] = kUnit * Pow2(-e / 2) * Pow2(-e - (-e / 2));
+        for (int64_t j = 0; j < c; ++j) scaled[i * c + j] = ScaledByPow2(p0[i * ldp + j], e);
+        units[i] = ScaledByPow2(kUnit, -e);
       }
       pq = scaled.data();
       ldq = c;

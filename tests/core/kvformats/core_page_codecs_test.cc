@@ -306,6 +306,18 @@ INSTANTIATE_TEST_SUITE_P(Formats, PageLoops,
                                            PageFormat::kFloat16, PageFormat::kInt8,
                                            PageFormat::kFp8E4M3));
 
+// Whether got is sum_i a[i * sa] * b[i * sb] over n terms in float64,
+// within rel of the sum of the products' magnitudes plus floor.
+bool NearDot(float got, const float* a, int64_t sa, const double* b, int64_t sb, int64_t n,
+             double rel, double floor) {
+  double want = 0, abs = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    want += double(a[i * sa]) * b[i * sb];
+    abs += std::fabs(double(a[i * sa]) * b[i * sb]);
+  }
+  return std::fabs(got - want) <= abs * rel + floor;
+}
+
 // int8 and fp8 prepare a block of query rows once a kv head (rounded,
 // scaled per row) and find it again by its address and content: the same
 // 256 floats at the same address as 4 rows of 64 and then as 2 rows of 128
@@ -326,12 +338,8 @@ TEST(PageLoops, PreparedQueryRowsFollowTheirShape) {
       codec.qk(q.data(), rows, k.bytes.data(), c, d, s.data(), c, nullptr);
       for (int64_t r = 0; r < rows; ++r) {
         for (int64_t j = 0; j < c; ++j) {
-          double want = 0, abs = 0;
-          for (int64_t x = 0; x < d; ++x) {
-            want += double(q[r * d + x]) * k.held[j * d + x];
-            abs += std::fabs(double(q[r * d + x]) * k.held[j * d + x]);
-          }
-          ASSERT_NEAR(s[r * c + j], want, abs / 200 + 1e-6) << r << "," << j;
+          ASSERT_TRUE(NearDot(s[r * c + j], &q[r * d], 1, &k.held[j * d], 1, d, 1.0 / 200, 1e-6))
+              << r << "," << j;
         }
       }
     }
@@ -361,23 +369,16 @@ TEST(PageLoops, Fp8RowsFarFromOneKeepTheirPrecision) {
   codec.qk(q.data(), rows, k.bytes.data(), c, d, s.data(), c, nullptr);
   std::vector<float> o(static_cast<size_t>(rows * d), 0.0f);
   codec.pv(p.data(), rows, c, v.bytes.data(), c, d, o.data(), nullptr);
-  // sum_i a[i * sa] * b[i * sb] over n terms, within 2^-8 of the sum of
-  // the products' magnitudes (and float32's accumulation).
-  auto expect_dot = [](float got, const float* a, int64_t sa, const double* b, int64_t sb,
-                       int64_t n) {
-    double want = 0, abs = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      want += double(a[i * sa]) * b[i * sb];
-      abs += std::fabs(double(a[i * sa]) * b[i * sb]);
-    }
-    return std::fabs(got - want) <= abs * (1.0 / 256 + 1e-5);
-  };
+  // Within 2^-8 of the sum of the products' magnitudes (and float32's
+  // accumulation).
+  const double rel = 1.0 / 256 + 1e-5;
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t j = 0; j < c; ++j) {
-      ASSERT_TRUE(expect_dot(s[r * c + j], &q[r * d], 1, &k.held[j * d], 1, d)) << r << "," << j;
+      ASSERT_TRUE(NearDot(s[r * c + j], &q[r * d], 1, &k.held[j * d], 1, d, rel, 0))
+          << r << "," << j;
     }
     for (int64_t x = 0; x < d; ++x) {
-      ASSERT_TRUE(expect_dot(o[r * d + x], &p[r * c], 1, &v.held[x], d, c)) << r << "," << x;
+      ASSERT_TRUE(NearDot(o[r * d + x], &p[r * c], 1, &v.held[x], d, c, rel, 0)) << r << "," << x;
     }
   }
 }
