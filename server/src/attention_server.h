@@ -41,6 +41,8 @@ class AttentionServer {
   int port() const { return port_; }
   const ModelRegistry& models() const { return *models_; }
   int compute_threads() const { return scheduler_->cpus(); }
+  // The compute scheduler (tests hold its CPUs to keep calls waiting).
+  ComputeScheduler& scheduler() const { return *scheduler_; }
   // The KV-cache sessions (tests look at the pool).
   KvCacheStore& sessions() const { return *sessions_; }
   // Calls computing or waiting for a CPU.

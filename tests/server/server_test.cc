@@ -577,7 +577,8 @@ std::vector<BadCase> BadCases() {
        kInvalid, "model and projections: set one, not both"},
       {"unknown model", Attn([](AttentionRequest& r) { r.set_model("nope"); }),
        StatusCode::NOT_FOUND,
-       "model: no model named 'nope' (available: demo-attention, demo-cross-attention, demo-gqa, demo-mha, "
+       "model: no model named 'nope' (available: demo-attention, demo-cross-attention, demo-gqa, "
+       "demo-mha, "
        "demo-mha-small)"},
       {"multi-head model in Attention", Attn([](AttentionRequest& r) { r.set_model("demo-mha"); }),
        kInvalid,
@@ -720,6 +721,11 @@ TEST(ServerShutdown, CallsInFlightFinishAndNewCallsAreRefused) {
   auto s = attn_test::StartTestServer();
   ASSERT_NE(s, nullptr);
   const std::string target = attn_test::Target(*s);
+  // The test holds every CPU, so the three calls wait inside the server for
+  // as long as the test needs, however fast they compute and however slowly
+  // their clients connect.
+  server::ComputeScheduler& cpus = s->scheduler();
+  ASSERT_TRUE(cpus.TryAcquire(cpus.cpus()));
   MultiHeadAttentionRequest req;
   *req.mutable_query() = client::ToWire(RandomArray({4, 512, 512}, 31), Encoding::kData);
   req.set_model("demo-mha");
@@ -732,18 +738,25 @@ TEST(ServerShutdown, CallsInFlightFinishAndNewCallsAreRefused) {
       if (c.MultiHeadAttention(req, &resp, std::chrono::seconds(60)).ok()) ++ok;
     });
   }
-  // Shut down only once all three are inside the server.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (s->calls_in_flight() < 3 && std::chrono::steady_clock::now() < deadline) {
+  while (cpus.queued() < 3 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  ASSERT_EQ(s->calls_in_flight(), 3);
-  s->Shutdown(std::chrono::seconds(30));
+  ASSERT_EQ(cpus.queued(), 3);
+  std::thread stopper([&] { s->Shutdown(std::chrono::seconds(30)); });
+  // Once the shutdown has begun, a new call is refused while the three wait.
+  bool refused = false;
+  while (!refused && std::chrono::steady_clock::now() < deadline) {
+    client::AttentionClient late(client::Connect(target));
+    std::string status;
+    refused = !late.Health("", &status, std::chrono::seconds(2)).ok();
+  }
+  EXPECT_TRUE(refused) << "still accepting calls";
+  EXPECT_EQ(cpus.queued(), 3) << "a call waiting for a CPU was dropped by the shutdown";
+  cpus.Release(cpus.cpus());
+  stopper.join();
   for (auto& t : callers) t.join();
   EXPECT_EQ(ok.load(), 3) << "a call in flight failed during shutdown";
-  client::AttentionClient late(client::Connect(target));
-  std::string status;
-  EXPECT_FALSE(late.Health("", &status, std::chrono::seconds(2)).ok()) << "still accepting calls";
 }
 
 // SDPA over [1, 8, L, 64]: long enough to hold the CPUs for a while.
