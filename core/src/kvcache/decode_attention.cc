@@ -38,15 +38,6 @@ void PvPortable(const float* p, int64_t rows, int64_t ldp, const float* v, int64
   }
 }
 
-// Scores (or weights) of `rows` rows, c columns each, times their tokens'
-// factors: a quantized side's factors folded in.
-void TimesFactors(float* s, int64_t rows, int64_t lds, const float* f, int64_t c) {
-  for (int64_t r = 0; r < rows; ++r) {
-    float* row = s + r * lds;
-    for (int64_t j = 0; j < c; ++j) row[j] *= f[j];
-  }
-}
-
 // Keys [lo, hi) that query row t of `p` may see.
 void RowRange(const DecodeProblem& p, int64_t t, int64_t* lo, int64_t* hi) {
   const int64_t pos = p.Pos(t);
@@ -124,24 +115,39 @@ Rows SideRows(const DecodeProblem& p, const PageSide& side, const PageSpan& sp, 
               dim * 4, true};
 }
 
-// One row's scores of keys [a, a + c) (row entries [ra, rb) are live): the
-// score terms, then the online softmax's update of m, l and the row of o.
+// A page's per-token factors of keys [a, ...) for each side (null: an
+// unscaled side).
+struct PageFactors {
+  const float *k, *v;
+};
+
+// One row's raw dot products with keys [a, a + c) (row entries [ra, rb)
+// are live): the keys' factors and the score terms, then the online
+// softmax's update of m, l and the row of o; the row ends as the weights,
+// times the values' factors.
 void UpdateRow(const SoftmaxKernels& sk, const DecodeProblem& p, int64_t h, int64_t pos,
-               float* srow, int64_t a, int64_t c, int64_t ra, int64_t rb, float* orow, float* m,
-               float* l) {
+               float* srow, int64_t a, int64_t c, int64_t ra, int64_t rb, PageFactors f,
+               float* orow, float* m, float* l) {
   if (rb <= ra) {
     std::fill(srow, srow + c, 0.0f);
     return;
   }
   float* x = srow + (ra - a);
   const int64_t nr = rb - ra;
-  if (p.softcap > 0.0f) {
-    sk.softcap(x, nr, p.scale, p.softcap);
+  const float* kf = f.k != nullptr ? f.k + (ra - a) : nullptr;
+  float mb;
+  if (p.softcap > 0.0f || p.alibi != nullptr) {
+    if (kf != nullptr) sk.times_max(x, nr, 1.0f, kf);
+    if (p.softcap > 0.0f) {
+      sk.softcap(x, nr, p.scale, p.softcap);
+    } else {
+      sk.scale(x, nr, p.scale);
+    }
+    if (p.alibi != nullptr) sk.alibi(x, nr, p.alibi[h], pos, ra);
+    mb = sk.scaled_max(x, nr, 1.0f);
   } else {
-    sk.scale(x, nr, p.scale);
+    mb = sk.times_max(x, nr, p.scale, kf);  // the factors, the scale and the max in one pass
   }
-  if (p.alibi != nullptr) sk.alibi(x, nr, p.alibi[h], pos, ra);
-  const float mb = sk.scaled_max(x, nr, 1.0f);
   const float mnew = std::isnan(mb) ? mb : std::max(*m, mb);
   std::fill(srow, x, 0.0f);
   std::fill(x + nr, srow + c, 0.0f);
@@ -155,7 +161,7 @@ void UpdateRow(const SoftmaxKernels& sk, const DecodeProblem& p, int64_t h, int6
     *l *= alpha;
     *m = mnew;
   }
-  *l += sk.exp_sum(x, nr, 1.0f, mnew);
+  *l += sk.exp_sum_times(x, nr, mnew, f.v != nullptr ? f.v + (ra - a) : nullptr);
 }
 
 // Scores, the online softmax's update, and the weighted values of a page.
@@ -180,17 +186,18 @@ void AttendPage(const SoftmaxKernels& sk, const Task& task, Scratch& sc, const P
       QkPortable(qg, rows, reinterpret_cast<const float*>(kr.data), c, d, s, T);
     }
   }
-  if (ks.codec->scaled) TimesFactors(s, rows, T, ks.Factors(sp.base) + (a - sp.j0), c);
+  // A quantized side's factors: the keys' on the scores, the values' on the
+  // weights (0 outside a row's keys).
+  const PageFactors f{ks.codec->scaled ? ks.Factors(sp.base) + (a - sp.j0) : nullptr,
+                      vs.codec->scaled ? vs.Factors(sp.base) + (a - sp.j0) : nullptr};
   for (int64_t hh = 0; hh < group; ++hh) {
     for (int64_t t = 0; t < p.n; ++t) {
       const int64_t r = hh * p.n + t;
       UpdateRow(sk, p, g * group + hh, p.Pos(t), s + r * T, a, c, std::max(a, sc.lo[t]),
-                std::min(b, sc.hi[t]), og + r * dv, task.part.m + g * rows + r,
+                std::min(b, sc.hi[t]), f, og + r * dv, task.part.m + g * rows + r,
                 task.part.l + g * rows + r);
     }
   }
-  // A quantized side's factors ride on the weights (0 outside a row's keys).
-  if (vs.codec->scaled) TimesFactors(s, rows, T, vs.Factors(sp.base) + (a - sp.j0), c);
   const Rows vr = SideRows(p, vs, sp, dv, fast, false, &sc.v);
   const uint8_t* vnext = vr.floats ? nullptr : sp.vnext;
   if (sp.whole) {

@@ -221,6 +221,58 @@ TEST(Kernels, ExpSumLeavesElementsPastNAlone) {
   }
 }
 
+// The decode kernel's fused passes (times_max, exp_sum_times) against the
+// separate passes they replace, on every tier and every tail: the same
+// bits in x and the same max; the sum of the exps (their order of addition
+// differs) within float rounding of the float64 sum; x[n..] untouched; NaN
+// through.
+TEST(Kernels, FusedDecodePassesEqualTheSeparatePasses) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> uf(0.0f, 0.05f);
+  for (const SoftmaxKernels* k : AvailableTiers()) {
+    SCOPED_TRACE(IsaTierName(k->tier));
+    for (int64_t n : kLengths) {
+      for (bool factors : {false, true}) {
+        SCOPED_TRACE("n=" + std::to_string(n) + (factors ? " with factors" : ""));
+        const std::vector<float> raw = Scores(n, static_cast<unsigned>(n) + 11, 0.0);
+        std::vector<float> f(static_cast<size_t>(n));
+        for (auto& v : f) v = uf(rng);
+        if (n > 2) f[1] = 0.0f;  // an all-zero token's factor
+        const float* fp = factors ? f.data() : nullptr;
+        std::vector<float> want = raw, got = raw;
+        got.resize(static_cast<size_t>(n) + 16, 7.0f);
+        if (factors) {
+          for (int64_t i = 0; i < n; ++i) want[static_cast<size_t>(i)] *= f[static_cast<size_t>(i)];
+        }
+        k->scale(want.data(), n, 0.088f);
+        const float want_max = k->scaled_max(want.data(), n, 1.0f);
+        ASSERT_EQ(k->times_max(got.data(), n, 0.088f, fp), want_max);
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(got[static_cast<size_t>(i)], want[static_cast<size_t>(i)]) << i;
+        if (n == 0) continue;
+        double sum64 = 0.0;
+        for (int64_t i = 0; i < n; ++i)
+          sum64 += std::exp(double{want[static_cast<size_t>(i)]} - want_max);
+        k->exp_sum(want.data(), n, 1.0f, want_max);
+        if (factors) {
+          for (int64_t i = 0; i < n; ++i) want[static_cast<size_t>(i)] *= f[static_cast<size_t>(i)];
+        }
+        const float sum = k->exp_sum_times(got.data(), n, want_max, fp);
+        EXPECT_NEAR(sum, sum64, 1e-6 * sum64);
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(got[static_cast<size_t>(i)], want[static_cast<size_t>(i)]) << i;
+        for (size_t i = static_cast<size_t>(n); i < got.size(); ++i) ASSERT_EQ(got[i], 7.0f) << i;
+      }
+    }
+    for (int64_t n : {1, 5, 8, 13, 16, 40}) {
+      std::vector<float> x(static_cast<size_t>(n), 1.0f), f(static_cast<size_t>(n), 0.5f);
+      x[static_cast<size_t>(n / 2)] = std::numeric_limits<float>::quiet_NaN();
+      EXPECT_TRUE(std::isnan(k->times_max(x.data(), n, 1.0f, f.data()))) << n;
+      EXPECT_TRUE(std::isnan(k->exp_sum_times(x.data(), n, 1.0f, f.data()))) << n;
+    }
+  }
+}
+
 // The online softmax's block step (online_block) on every tier, against a
 // float64 model of the same update: rows whose key ranges cut the block at
 // every offset around the vector widths, rows with no key in the block,

@@ -46,6 +46,24 @@ void ScaleAddPortable(float* x, int64_t n, float a, const float* bias) {
   for (int64_t i = 0; i < n; ++i) x[i] = x[i] * a + bias[i];
 }
 
+float TimesMaxPortable(float* x, int64_t n, float a, const float* f) {
+  if (f != nullptr) {
+    for (int64_t i = 0; i < n; ++i) x[i] *= f[i];
+  }
+  ScalePortable(x, n, a);
+  return ScaledMaxPortable(x, n, 1.0f);
+}
+
+float ExpSumTimesPortable(float* x, int64_t n, float m, const float* f) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float e = std::exp(x[i] - m);
+    sum += e;
+    x[i] = f != nullptr ? e * f[i] : e;
+  }
+  return sum;
+}
+
 // tanh near 0: its series to y^9, within an ulp for |y| < kTanhSeries.
 constexpr float kTanhSeries = 0.25f;
 constexpr float kT3 = -1.0f / 3, kT5 = 2.0f / 15, kT7 = -17.0f / 315, kT9 = 62.0f / 2835;
@@ -126,6 +144,56 @@ ATTN_AVX2 void AlibiAvx2(float* x, int64_t n, float slope, int64_t pos, int64_t 
   for (; j < n; ++j) x[j] -= slope * static_cast<float>(std::llabs(d0 - j));
 }
 
+// f[i] (or 1) for the lanes of k.
+ATTN_AVX2 inline __m256 Factors256(const float* f, int64_t i, __m256i k) {
+  return f != nullptr ? _mm256_maskload_ps(f + i, k) : _mm256_set1_ps(1.0f);
+}
+
+ATTN_AVX2 float TimesMaxAvx2(float* x, int64_t n, float a, const float* f) {
+  const __m256 av = _mm256_set1_ps(a);
+  const __m256 neg_inf = _mm256_set1_ps(kNegInf);
+  const __m256i all = _mm256_set1_epi32(-1);
+  __m256 m0 = neg_inf, nan = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v =
+        _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), Factors256(f, i, all)), av);
+    _mm256_storeu_ps(x + i, v);
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    m0 = _mm256_max_ps(m0, v);
+  }
+  if (i < n) {
+    const __m256i k = LaneMask256(n - i);
+    const __m256 v =
+        _mm256_mul_ps(_mm256_mul_ps(_mm256_maskload_ps(x + i, k), Factors256(f, i, k)), av);
+    _mm256_maskstore_ps(x + i, k, v);
+    const __m256 live = _mm256_blendv_ps(neg_inf, v, _mm256_castsi256_ps(k));
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(live, live, _CMP_UNORD_Q));
+    m0 = _mm256_max_ps(m0, live);
+  }
+  if (_mm256_movemask_ps(nan) != 0) return std::numeric_limits<float>::quiet_NaN();
+  return ReduceMax256(m0);
+}
+
+ATTN_AVX2 float ExpSumTimesAvx2(float* x, int64_t n, float m, const float* f) {
+  const __m256 mv = _mm256_set1_ps(m);
+  const __m256i all = _mm256_set1_epi32(-1);
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = ExpNonPositive256(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv));
+    _mm256_storeu_ps(x + i, _mm256_mul_ps(e, Factors256(f, i, all)));
+    acc = _mm256_add_ps(acc, e);
+  }
+  if (i < n) {
+    const __m256i k = LaneMask256(n - i);
+    const __m256 e = ExpNonPositive256(_mm256_sub_ps(_mm256_maskload_ps(x + i, k), mv));
+    _mm256_maskstore_ps(x + i, k, _mm256_mul_ps(e, Factors256(f, i, k)));
+    acc = _mm256_add_ps(acc, _mm256_and_ps(e, _mm256_castsi256_ps(k)));
+  }
+  return ReduceAdd256(acc);
+}
+
 // ---- AVX-512 kernels --------------------------------------------------------
 // Likewise ScaledMaxRow512, ExpSumRow512 and ScaleRow512 (vec_math.h).
 
@@ -180,14 +248,63 @@ ATTN_AVX512 void AlibiAvx512(float* x, int64_t n, float slope, int64_t pos, int6
   }
 }
 
-constexpr SoftmaxKernels kPortable{ScaledMaxPortable,   ExpSumPortable,    ScalePortable,
-                                   ScaleAddPortable,    SoftcapPortable,   AlibiPortable,
-                                   OnlineBlockPortable, IsaTier::kPortable};
-constexpr SoftmaxKernels kAvx2{ScaledMaxRow256, ExpSumRow256, ScaleRow256,     ScaleAddAvx2,
-                               SoftcapAvx2,     AlibiAvx2,    OnlineBlockAvx2, IsaTier::kAvx2};
-constexpr SoftmaxKernels kAvx512{ScaledMaxRow512,   ExpSumRow512,    ScaleRow512,
-                                 ScaleAddAvx512,    SoftcapAvx512,   AlibiAvx512,
-                                 OnlineBlockAvx512, IsaTier::kAvx512};
+// f[i] (or 1) for the lanes of k.
+ATTN_AVX512 inline __m512 Factors512(const float* f, int64_t i, __mmask16 k) {
+  return f != nullptr ? _mm512_maskz_loadu_ps(k, f + i) : _mm512_set1_ps(1.0f);
+}
+
+ATTN_AVX512 float TimesMaxAvx512(float* x, int64_t n, float a, const float* f) {
+  const __m512 av = _mm512_set1_ps(a);
+  __m512 m0 = _mm512_set1_ps(kNegInf);
+  __mmask16 nan = 0;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v =
+        _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(x + i), Factors512(f, i, 0xFFFF)), av);
+    _mm512_storeu_ps(x + i, v);
+    nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    m0 = _mm512_max_ps(m0, v);
+  }
+  if (i < n) {
+    const __mmask16 k = Lanes16(n - i);
+    const __m512 v =
+        _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), Factors512(f, i, k)), av);
+    _mm512_mask_storeu_ps(x + i, k, v);
+    nan |= _mm512_mask_cmp_ps_mask(k, v, v, _CMP_UNORD_Q);
+    m0 = _mm512_mask_max_ps(m0, k, m0, v);
+  }
+  if (nan) return std::numeric_limits<float>::quiet_NaN();
+  return _mm512_reduce_max_ps(m0);
+}
+
+ATTN_AVX512 float ExpSumTimesAvx512(float* x, int64_t n, float m, const float* f) {
+  const __m512 mv = _mm512_set1_ps(m);
+  __m512 acc = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 e = Exp512(_mm512_sub_ps(_mm512_loadu_ps(x + i), mv));
+    _mm512_storeu_ps(x + i, _mm512_mul_ps(e, Factors512(f, i, 0xFFFF)));
+    acc = _mm512_add_ps(acc, e);
+  }
+  if (i < n) {
+    const __mmask16 k = Lanes16(n - i);
+    const __m512 e = Exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), mv));
+    _mm512_mask_storeu_ps(x + i, k, _mm512_mul_ps(e, Factors512(f, i, k)));
+    acc = _mm512_add_ps(acc, _mm512_maskz_mov_ps(k, e));
+  }
+  return _mm512_reduce_add_ps(acc);
+}
+
+constexpr SoftmaxKernels kPortable{ScaledMaxPortable,   ExpSumPortable,   ScalePortable,
+                                   ScaleAddPortable,    SoftcapPortable,  AlibiPortable,
+                                   OnlineBlockPortable, TimesMaxPortable, ExpSumTimesPortable,
+                                   IsaTier::kPortable};
+constexpr SoftmaxKernels kAvx2{ScaledMaxRow256, ExpSumRow256,  ScaleRow256,     ScaleAddAvx2,
+                               SoftcapAvx2,     AlibiAvx2,     OnlineBlockAvx2, TimesMaxAvx2,
+                               ExpSumTimesAvx2, IsaTier::kAvx2};
+constexpr SoftmaxKernels kAvx512{
+    ScaledMaxRow512, ExpSumRow512,      ScaleRow512,    ScaleAddAvx512,    SoftcapAvx512,
+    AlibiAvx512,     OnlineBlockAvx512, TimesMaxAvx512, ExpSumTimesAvx512, IsaTier::kAvx512};
 
 }  // namespace
 

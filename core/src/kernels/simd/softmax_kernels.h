@@ -62,6 +62,14 @@ struct SoftmaxKernels {
   void (*alibi)(float* x, int64_t n, float slope, int64_t pos, int64_t k0);
   // The block step above, every row in one call.
   void (*online_block)(const OnlineBlock& blk);
+  // The decode kernel's fused passes over a row of raw dot products, f
+  // being a quantized side's per-token factors (null: none). times_max:
+  // x[i] = x[i] * f[i] * a (f null: x[i] * a), rounded after each product,
+  // and returns the max as scaled_max does. exp_sum_times: x[i] = exp(x[i] -
+  // m) * f[i] (f null: exp(x[i] - m)), and returns the sum of the exps
+  // before their factors. Each result equals the separate passes'.
+  float (*times_max)(float* x, int64_t n, float a, const float* f);
+  float (*exp_sum_times)(float* x, int64_t n, float m, const float* f);
   IsaTier tier;
 };
 
