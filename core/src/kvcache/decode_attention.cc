@@ -244,6 +244,7 @@ void RunTask(const SoftmaxKernels& sk, const Task& task, Scratch& sc) {
       for (int64_t x = 0; x < d; ++x) dst[x] = src[x * p.q_stride[2]];
     }
   }
+  PinQueryRows(sc.q.data(), static_cast<int64_t>(sc.q.size()));  // unchanged until the task ends
   for (int64_t t = 0; t < p.n; ++t) RowRange(p, t, &sc.lo[t], &sc.hi[t]);
   std::fill(task.part.o, task.part.o + p.hkv * rows * dv, 0.0f);
   std::fill(task.part.m, task.part.m + p.hkv * rows, kNegInf);
@@ -272,6 +273,7 @@ void RunTask(const SoftmaxKernels& sk, const Task& task, Scratch& sc) {
       AttendPage(sk, task, sc, sp, fast);
     }
   }
+  UnpinQueryRows();
 }
 
 // Merges kv head g's partials of a problem's slices and writes its rows.

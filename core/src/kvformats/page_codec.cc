@@ -89,6 +89,28 @@ const PageCodec& CodecOf(PageFormat format) {
   return Float32Codec();
 }
 
+namespace {
+QueryPin& MutableQueryPin() {
+  thread_local QueryPin pin;
+  return pin;
+}
+}  // namespace
+
+const QueryPin& ThreadQueryPin() { return MutableQueryPin(); }
+
+void PinQueryRows(const float* q, int64_t n) {
+  QueryPin& pin = MutableQueryPin();
+  pin.lo = q;
+  pin.hi = q + n;
+  ++pin.epoch;
+}
+
+void UnpinQueryRows() {
+  QueryPin& pin = MutableQueryPin();
+  pin.lo = pin.hi = nullptr;
+  ++pin.epoch;
+}
+
 bool InRegisterTier() {
   static const bool avx2 = KernelTier() >= IsaTier::kAvx2;
   return avx2;

@@ -74,6 +74,18 @@ PageFormat PageFormatOf(CacheFormat format, CacheType type, bool keys);
 // multiples of 8.
 bool InRegisterTier();
 
+// The query rows a decode task reads, pinned on this thread: the caller
+// promises that [q, q + n) keeps its content until it pins again or unpins,
+// so a codec that prepared rows from inside it (RowsOrigin) need not
+// compare their content page after page.
+struct QueryPin {
+  const float *lo = nullptr, *hi = nullptr;
+  uint64_t epoch = 0;  // which pin; 0 before the first
+};
+const QueryPin& ThreadQueryPin();
+void PinQueryRows(const float* q, int64_t n);
+void UnpinQueryRows();
+
 // Where a page keeps a side's (keys' or values') tokens.
 struct PageSide {
   const PageCodec* codec = nullptr;

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kvformats/page_codec.h"
 #include "support/simd.h"
 
 namespace attn::internal {
@@ -90,13 +91,29 @@ T& PreparedRows(const float* q) {
 struct RowsOrigin {
   std::vector<float> from;
   int64_t rows = -1, d = -1;
+  const float* at = nullptr;  // where they were read last
+  uint64_t pin = 0;           // the thread's QueryPin epoch they were checked under (0: not pinned)
   // True when these are the rows [r, dd] at q; else they become them.
+  // Inside the thread's pinned rows, once checked at q under a pin they
+  // hold there until the next pin.
   bool Same(const float* q, int64_t r, int64_t dd) {
     const size_t n = static_cast<size_t>(r * dd);
-    if (r == rows && dd == d && std::memcmp(from.data(), q, n * 4) == 0) return true;
+    const QueryPin& p = ThreadQueryPin();
+    const bool pinned = p.lo != nullptr && q >= p.lo && q + n <= p.hi;
+    const uint64_t now = pinned ? p.epoch : 0;
+    const bool here = q == at;
+    at = q;
+    if (r == rows && dd == d) {
+      if (now != 0 && pin == now && here) return true;
+      if (std::memcmp(from.data(), q, n * 4) == 0) {
+        pin = now;
+        return true;
+      }
+    }
     from.assign(q, q + n);
     rows = r;
     d = dd;
+    pin = now;
     return false;
   }
 };

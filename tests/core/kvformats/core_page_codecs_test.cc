@@ -346,6 +346,42 @@ TEST(PageLoops, PreparedQueryRowsFollowTheirShape) {
   }
 }
 
+// A decode task pins its query rows (PinQueryRows): int8 and fp8 then trust
+// rows they prepared at the same address under the same pin without
+// comparing them again. A new pin, no pin, or other rows taking the
+// thread's cache slot (17 row sets through its 16 slots) must each be seen.
+TEST(PageLoops, PinnedQueryRowsAreTrustedOnlyUnderTheirPin) {
+  if (!attn::internal::InRegisterTier()) GTEST_SKIP() << "no in-register loops on this tier";
+  std::mt19937 rng(23);
+  const int64_t d = 64, rows = 4, c = 8, sets = 17, n = rows * d;
+  for (PageFormat f : {PageFormat::kInt8, PageFormat::kFp8E4M3}) {
+    const PageCodec& codec = CodecOf(f);
+    SCOPED_TRACE(codec.name);
+    std::vector<float> q = Values(static_cast<size_t>(sets * n), rng);
+    const Page k = Store(f, c * d, rng);
+    auto expect_scores = [&](int64_t set, const char* when) {
+      const float* qs = q.data() + set * n;
+      std::vector<float> s(static_cast<size_t>(rows * c));
+      codec.qk(qs, rows, k.bytes.data(), c, d, s.data(), c, nullptr);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t j = 0; j < c; ++j) {
+          ASSERT_TRUE(NearDot(s[r * c + j], &qs[r * d], 1, &k.held[j * d], 1, d, 1.0 / 200, 1e-6))
+              << when << ": set " << set << " row " << r << " key " << j;
+        }
+      }
+    };
+    attn::internal::PinQueryRows(q.data(), sets * n);
+    for (int64_t set = 0; set < sets; ++set) expect_scores(set, "first pin");
+    expect_scores(0, "back to a slot other rows took");
+    for (int64_t x = 0; x < n; ++x) q[x] = -2.0f * q[x];
+    attn::internal::PinQueryRows(q.data(), sets * n);
+    expect_scores(0, "a new pin");
+    attn::internal::UnpinQueryRows();
+    for (int64_t x = 0; x < n; ++x) q[x] = 0.5f * q[x + n];
+    expect_scores(0, "no pin");
+  }
+}
+
 // fp8's bf16 loops scale each query row and each row of weights by a power
 // of two before rounding them to bf16, so that no product of theirs with a
 // code (the code's value times 2^-120 in bf16's places) falls into float32's
