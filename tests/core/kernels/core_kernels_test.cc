@@ -221,12 +221,13 @@ TEST(Kernels, ExpSumLeavesElementsPastNAlone) {
   }
 }
 
-// The decode kernel's fused passes (times_max, exp_sum_times) against the
-// separate passes they replace, on every tier and every tail: the same
-// bits in x and the same max; the sum of the exps (their order of addition
-// differs) within float rounding of the float64 sum; x[n..] untouched; NaN
-// through.
-TEST(Kernels, FusedDecodePassesEqualTheSeparatePasses) {
+// The decode kernel's fused passes on every tier and every tail. times_max
+// against the separate passes it replaces (the keys' factors, the scale, the
+// max): the same bits in x and the same max. exp_sum_times: each exp within
+// 4e-7 of float64's (above FLT_MIN), the values' factors applied exactly
+// (the same exps times f), the sum within float rounding of float64's.
+// x[n..] untouched; NaN through.
+TEST(Kernels, FusedDecodePassesMatchTheSeparatePassesAndFloat64) {
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> uf(0.0f, 0.05f);
   for (const SoftmaxKernels* k : AvailableTiers()) {
@@ -234,34 +235,39 @@ TEST(Kernels, FusedDecodePassesEqualTheSeparatePasses) {
     for (int64_t n : kLengths) {
       for (bool factors : {false, true}) {
         SCOPED_TRACE("n=" + std::to_string(n) + (factors ? " with factors" : ""));
+        const size_t un = static_cast<size_t>(n);
         const std::vector<float> raw = Scores(n, static_cast<unsigned>(n) + 11, 0.0);
-        std::vector<float> f(static_cast<size_t>(n));
+        std::vector<float> f(un);
         for (auto& v : f) v = uf(rng);
         if (n > 2) f[1] = 0.0f;  // an all-zero token's factor
         const float* fp = factors ? f.data() : nullptr;
         std::vector<float> want = raw, got = raw;
-        got.resize(static_cast<size_t>(n) + 16, 7.0f);
+        got.resize(un + 16, 7.0f);
         if (factors) {
-          for (int64_t i = 0; i < n; ++i) want[static_cast<size_t>(i)] *= f[static_cast<size_t>(i)];
+          for (size_t i = 0; i < un; ++i) want[i] *= f[i];
         }
         k->scale(want.data(), n, 0.088f);
         const float want_max = k->scaled_max(want.data(), n, 1.0f);
         ASSERT_EQ(k->times_max(got.data(), n, 0.088f, fp), want_max);
-        for (int64_t i = 0; i < n; ++i)
-          ASSERT_EQ(got[static_cast<size_t>(i)], want[static_cast<size_t>(i)]) << i;
+        for (size_t i = 0; i < un; ++i) ASSERT_EQ(got[i], want[i]) << i;
         if (n == 0) continue;
-        double sum64 = 0.0;
-        for (int64_t i = 0; i < n; ++i)
-          sum64 += std::exp(double{want[static_cast<size_t>(i)]} - want_max);
-        k->exp_sum(want.data(), n, 1.0f, want_max);
-        if (factors) {
-          for (int64_t i = 0; i < n; ++i) want[static_cast<size_t>(i)] *= f[static_cast<size_t>(i)];
-        }
+        std::vector<float> bare = want;
         const float sum = k->exp_sum_times(got.data(), n, want_max, fp);
+        const float bare_sum = k->exp_sum_times(bare.data(), n, want_max, nullptr);
+        double sum64 = 0.0;
+        for (size_t i = 0; i < un; ++i) {
+          const double e = std::exp(double{want[i]} - want_max);
+          sum64 += e;
+          if (e >= std::numeric_limits<float>::min()) {
+            ASSERT_NEAR(bare[i], e, 4e-7 * e) << i;
+          } else {
+            ASSERT_LE(bare[i], std::numeric_limits<float>::min()) << i;
+          }
+          ASSERT_EQ(got[i], factors ? bare[i] * f[i] : bare[i]) << i;
+        }
+        EXPECT_EQ(sum, bare_sum);
         EXPECT_NEAR(sum, sum64, 1e-6 * sum64);
-        for (int64_t i = 0; i < n; ++i)
-          ASSERT_EQ(got[static_cast<size_t>(i)], want[static_cast<size_t>(i)]) << i;
-        for (size_t i = static_cast<size_t>(n); i < got.size(); ++i) ASSERT_EQ(got[i], 7.0f) << i;
+        for (size_t i = un; i < got.size(); ++i) ASSERT_EQ(got[i], 7.0f) << i;
       }
     }
     for (int64_t n : {1, 5, 8, 13, 16, 40}) {
@@ -270,6 +276,11 @@ TEST(Kernels, FusedDecodePassesEqualTheSeparatePasses) {
       EXPECT_TRUE(std::isnan(k->times_max(x.data(), n, 1.0f, f.data()))) << n;
       EXPECT_TRUE(std::isnan(k->exp_sum_times(x.data(), n, 1.0f, f.data()))) << n;
     }
+    std::vector<float> edges = {0.0f, -1e-30f, -0.5f, -10.0f, -87.0f, -87.4f, -100.0f, -kInf};
+    k->exp_sum_times(edges.data(), static_cast<int64_t>(edges.size()), 0.0f, nullptr);
+    EXPECT_EQ(edges[0], 1.0f);
+    EXPECT_EQ(edges[7], 0.0f);
+    for (float e : edges) EXPECT_TRUE(e >= 0.0f && e <= 1.0f) << e;
   }
 }
 

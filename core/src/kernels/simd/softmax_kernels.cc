@@ -282,13 +282,13 @@ ATTN_AVX512 float ExpSumTimesAvx512(float* x, int64_t n, float m, const float* f
   __m512 acc = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m512 e = Exp512(_mm512_sub_ps(_mm512_loadu_ps(x + i), mv));
+    const __m512 e = ExpNonPositive512(_mm512_sub_ps(_mm512_loadu_ps(x + i), mv));
     _mm512_storeu_ps(x + i, _mm512_mul_ps(e, Factors512(f, i, 0xFFFF)));
     acc = _mm512_add_ps(acc, e);
   }
   if (i < n) {
     const __mmask16 k = Lanes16(n - i);
-    const __m512 e = Exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), mv));
+    const __m512 e = ExpNonPositive512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), mv));
     _mm512_mask_storeu_ps(x + i, k, _mm512_mul_ps(e, Factors512(f, i, k)));
     acc = _mm512_add_ps(acc, _mm512_maskz_mov_ps(k, e));
   }

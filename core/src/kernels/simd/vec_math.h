@@ -108,6 +108,25 @@ ATTN_AVX512 inline __m512 Exp512(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
+// ExpNonPositive256's degree-4 q(r) on Exp512's range reduction and scalef:
+// exp(x) for x = score - row max <= 0, the decode kernel's exp pass. Within
+// 4e-7 relative above FLT_MIN (the kernel tests); exp(0) is exactly 1, -inf
+// gives 0, NaN propagates.
+ATTN_AVX512 inline __m512 ExpNonPositive512(__m512 x) {
+  x = _mm512_max_ps(_mm512_set1_ps(-1000.0f), x);
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(8.29029456e-3f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.189796e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.66676372e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.99991506e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(9.99999702e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
 // ---- Row passes, one per tier ---------------------------------------------
 // max_j(x[j] * scale) over n floats, NaN if any product is NaN (maxps drops
 // a NaN operand depending on its position, so NaN is tracked apart: a NaN
