@@ -36,6 +36,11 @@ run() {  # transport op -> p50 ms
     /usr/bin/python3 -c "import json; print(json.load(open('$tmp/b.json'))['step_p50_ms'])"
   fi
 }
+# The kernel's own round trip, without gRPC: the floor under the ratio.
+if [ -x "$build/bin/socket-pingpong-bench" ]; then
+  echo "the kernel's round trip, 64 bytes each way between two processes:"
+  "$build/bin/socket-pingpong-bench" "$rounds" 20000
+fi
 declare -A all
 for r in $(seq "$rounds"); do
   for op in health extend; do
