@@ -89,22 +89,33 @@ ATTN_AVX2 inline float ReduceAdd256(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-ATTN_AVX512 inline __m512 Exp512(__m512 x) {
-  // Below -1000 the result underflows to 0 anyway; clamping keeps -inf from
-  // turning into NaN in the range reduction. max(c, x) returns x when x is
-  // NaN, so NaN propagates.
+// The AVX-512 exps' range reduction, as ExpReduce256 (scalef takes 2^n
+// for any n). Below -1000 the result underflows to 0 anyway; clamping keeps
+// -inf from turning into NaN in the reduction. max(c, x) returns x when x
+// is NaN, so NaN propagates.
+ATTN_AVX512 inline __m512 ExpReduce512(__m512 x, __m512* n) {
   x = _mm512_max_ps(_mm512_set1_ps(-1000.0f), x);
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  *n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 r = _mm512_fnmadd_ps(*n, _mm512_set1_ps(0.693359375f), x);
+  return _mm512_fnmadd_ps(*n, _mm512_set1_ps(-2.12194440e-4f), r);
+}
+
+// c[0] r^(N-1) + ... + c[N-1] by Horner's rule.
+template <int N>
+ATTN_AVX512 inline __m512 Horner512(__m512 r, const float (&c)[N]) {
+  __m512 p = _mm512_set1_ps(c[0]);
+  for (int i = 1; i < N; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c[i]));
+  return p;
+}
+
+ATTN_AVX512 inline __m512 Exp512(__m512 x) {
+  static constexpr float kC[] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                                 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+  __m512 n;
+  const __m512 r = ExpReduce512(x, &n);
+  const __m512 p = _mm512_fmadd_ps(Horner512(r, kC), _mm512_mul_ps(r, r),
+                                   _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
   return _mm512_scalef_ps(p, n);
 }
 
@@ -113,18 +124,11 @@ ATTN_AVX512 inline __m512 Exp512(__m512 x) {
 // 4e-7 relative above FLT_MIN (the kernel tests); exp(0) is exactly 1, -inf
 // gives 0, NaN propagates.
 ATTN_AVX512 inline __m512 ExpNonPositive512(__m512 x) {
-  x = _mm512_max_ps(_mm512_set1_ps(-1000.0f), x);
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(8.29029456e-3f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.189796e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.66676372e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.99991506e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(9.99999702e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);
+  static constexpr float kC[] = {8.29029456e-3f, 4.189796e-2f,   1.66676372e-1f,
+                                 4.99991506e-1f, 9.99999702e-1f, 1.0f};
+  __m512 n;
+  const __m512 r = ExpReduce512(x, &n);
+  return _mm512_scalef_ps(Horner512(r, kC), n);
 }
 
 // ---- Row passes, one per tier ---------------------------------------------
