@@ -27,6 +27,24 @@ ATTN_AVX2 inline __m256 Pow2Int256(__m256 n) {
       _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
 }
 
+// c[0] r^(N-1) + ... + c[N-1] by Horner's rule.
+template <int N>
+ATTN_AVX2 inline __m256 Horner256(__m256 r, const float (&c)[N]) {
+  __m256 p = _mm256_set1_ps(c[0]);
+  for (int i = 1; i < N; ++i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c[i]));
+  return p;
+}
+
+// e^r on [-ln2/2, ln2/2] for Exp256 and Exp512: 1 + r + r^2 p(r), p of
+// degree 5.
+constexpr float kExpC[] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                           4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+// For the ExpNonPositive exps: 1 + r q(r), q of degree 4 and minimax for
+// the relative error (9.2e-8 in exact arithmetic; tests/scripts/fit_exp_poly.py);
+// the constant 1 keeps exp(0) exactly 1.
+constexpr float kExpNonPositiveC[] = {8.29029456e-3f, 4.189796e-2f,   1.66676372e-1f,
+                                      4.99991506e-1f, 9.99999702e-1f, 1.0f};
+
 // The Exp512 below with AVX2's tools: no scalef, so 2^n is built in the
 // exponent field, which holds n in [-126, 127]; x is clamped to that range and
 // anything whose exp is below FLT_MIN gives 0 (softmax sums are >= 1, so the
@@ -38,13 +56,8 @@ ATTN_AVX2 inline __m256 Exp256(__m256 x) {
   x = _mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_max_ps(lo, x));
   __m256 n;
   const __m256 r = ExpReduce256(x, &n);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256 p = _mm256_fmadd_ps(Horner256(r, kExpC), _mm256_mul_ps(r, r),
+                                   _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
   return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, Pow2Int256(n)));
 }
 
@@ -63,16 +76,7 @@ ATTN_AVX2 inline __m256 ExpNonPositive256(__m256 x) {
   x = _mm256_max_ps(_mm256_set1_ps(-88.0f), x);
   __m256 n;
   const __m256 r = ExpReduce256(x, &n);
-  // e^r on [-ln2/2, ln2/2] as 1 + r q(r), q of degree 4 and minimax for
-  // the relative error (9.2e-8 in exact arithmetic); the constant 1 keeps
-  // exp(0) exactly 1.
-  __m256 p = _mm256_set1_ps(8.29029456e-3f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.189796e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.66676372e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.99991506e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(9.99999702e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  return _mm256_mul_ps(p, Pow2Int256(n));
+  return _mm256_mul_ps(Horner256(r, kExpNonPositiveC), Pow2Int256(n));
 }
 
 ATTN_AVX2 inline float ReduceMax256(__m256 v) {
@@ -110,11 +114,9 @@ ATTN_AVX512 inline __m512 Horner512(__m512 r, const float (&c)[N]) {
 }
 
 ATTN_AVX512 inline __m512 Exp512(__m512 x) {
-  static constexpr float kC[] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
-                                 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
   __m512 n;
   const __m512 r = ExpReduce512(x, &n);
-  const __m512 p = _mm512_fmadd_ps(Horner512(r, kC), _mm512_mul_ps(r, r),
+  const __m512 p = _mm512_fmadd_ps(Horner512(r, kExpC), _mm512_mul_ps(r, r),
                                    _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
   return _mm512_scalef_ps(p, n);
 }
@@ -124,11 +126,9 @@ ATTN_AVX512 inline __m512 Exp512(__m512 x) {
 // 4e-7 relative above FLT_MIN (the kernel tests); exp(0) is exactly 1, -inf
 // gives 0, NaN propagates.
 ATTN_AVX512 inline __m512 ExpNonPositive512(__m512 x) {
-  static constexpr float kC[] = {8.29029456e-3f, 4.189796e-2f,   1.66676372e-1f,
-                                 4.99991506e-1f, 9.99999702e-1f, 1.0f};
   __m512 n;
   const __m512 r = ExpReduce512(x, &n);
-  return _mm512_scalef_ps(Horner512(r, kC), n);
+  return _mm512_scalef_ps(Horner512(r, kExpNonPositiveC), n);
 }
 
 // ---- Row passes, one per tier ---------------------------------------------
