@@ -14,7 +14,7 @@
 
 #include "attn/cpu_info.h"
 #include "kvformats/formats.h"
-#include "kvformats/page_loops_avx512.h"
+#include "kvformats/pair_loops_avx512.h"
 
 namespace attn::internal {
 namespace {
@@ -171,9 +171,12 @@ void RoundRows(const float* x, int64_t rows, int64_t ld, int64_t n, WordRows* ou
 }
 
 // R query rows (words, d apart) against keys [0, c): four keys at a time.
-template <int R>
+// kD: d as a constant (0: not), so that the compiler unrolls the channels
+// and overlaps a quad's sums with the next quad's products.
+template <int R, int kD = 0>
 ATTN_FP8_DOT void QkWords(const uint16_t* qw, const float* unit, const uint8_t* k, int64_t c,
-                          int64_t d, float* s, int64_t lds, const uint8_t* next) {
+                          int64_t dd, float* s, int64_t lds, const uint8_t* next) {
+  const int64_t d = kD != 0 ? kD : dd;
   int64_t j = 0;
   for (; j + 4 <= c; j += 4) {
     for (int64_t jj = j; jj < j + 4; ++jj) PrefetchToken(next, d, jj);
@@ -216,8 +219,9 @@ void QkFp8(const float* q, int64_t rows, const uint8_t* k, int64_t c, int64_t d,
   if (!qw.origin.Same(q, rows, d)) RoundRows(q, rows, d, d, &qw);
   int64_t r = 0;
   for (; r + 4 <= rows; r += 4) {
-    QkWords<4>(qw.w.data() + r * d, qw.unit.data() + r, k, c, d, s + r * lds, lds,
-               r == 0 ? next : nullptr);
+    const auto quad = d == 128 ? QkWords<4, 128> : QkWords<4>;
+    quad(qw.w.data() + r * d, qw.unit.data() + r, k, c, d, s + r * lds, lds,
+         r == 0 ? next : nullptr);
   }
   for (; r < rows; ++r) {
     QkWords<1>(qw.w.data() + r * d, qw.unit.data() + r, k, c, d, s + r * lds, lds,
@@ -225,33 +229,15 @@ void QkFp8(const float* q, int64_t rows, const uint8_t* k, int64_t c, int64_t d,
   }
 }
 
-// R rows by columns [x, x + 32) over tokens [0, c), two tokens at a time:
-// their codes interleaved meet the pair of weights (w_j, w_j+1).
-template <int R>
-ATTN_FP8_DOT void PvWords(const uint32_t* pairs, int64_t stride, const float* unit,
-                          const uint8_t* v, int64_t c, int64_t dv, int64_t x, float* o,
-                          PairAhead ahead) {
-  __m512 lo[R], hi[R];
-  for (int i = 0; i < R; ++i) lo[i] = hi[i] = _mm512_setzero_ps();
-  auto pair = [&](int64_t t, __m512i a, __m512i b) ATTN_FP8_DOT {
-    const __m512i ilo = _mm512_unpacklo_epi16(a, b), ihi = _mm512_unpackhi_epi16(a, b);
-    for (int i = 0; i < R; ++i) {
-      const __m512i w = _mm512_set1_epi32(static_cast<int>(pairs[i * stride + t]));
-      lo[i] = DotBf16(lo[i], ilo, w);
-      hi[i] = DotBf16(hi[i], ihi, w);
-    }
-  };
-  const int64_t full = c / 2, with = std::min(ahead.lines, full);
-  int64_t t = 0;
-  for (; t < with; ++t) {
-    PrefetchLine(ahead.at + t * 64);
-    pair(t, CodeWords(v + 2 * t * dv + x), CodeWords(v + (2 * t + 1) * dv + x));
-  }
-  for (; t < full; ++t) pair(t, CodeWords(v + 2 * t * dv + x), CodeWords(v + (2 * t + 1) * dv + x));
-  for (; t < ahead.lines; ++t) PrefetchLine(ahead.at + t * 64);
-  if (c % 2 != 0) pair(full, CodeWords(v + (c - 1) * dv + x), _mm512_setzero_si512());
-  for (int i = 0; i < R; ++i) AddPairSums(lo[i], hi[i], unit[i], o + i * dv + x);
-}
+// PairRows512's policy over fp8 codes: their bits in bf16's places,
+// VDPBF16PS into float32.
+struct PairsFp8 {
+  using Acc = __m512;
+  ATTN_FP8_DOT static __m512 Zero() { return _mm512_setzero_ps(); }
+  ATTN_FP8_DOT static __m512i Words(const uint8_t* p) { return CodeWords(p); }
+  ATTN_FP8_DOT static __m512 Dot(__m512 acc, __m512i a, __m512i b) { return DotBf16(acc, a, b); }
+  ATTN_FP8_DOT static __m512 Floats(__m512 acc) { return acc; }
+};
 
 void PvFp8(const float* p, int64_t rows, int64_t ldp, const uint8_t* v, int64_t c, int64_t dv,
            float* o, const uint8_t* next) {
@@ -260,20 +246,8 @@ void PvFp8(const float* p, int64_t rows, int64_t ldp, const uint8_t* v, int64_t 
   }
   thread_local WordRows w;
   RoundRows(p, rows, ldp, c, &w);
-  const auto* pairs = reinterpret_cast<const uint32_t*>(w.w.data());
-  const int64_t npp = w.stride / 2;
-  for (int64_t x = 0; x < dv; x += 32) {
-    const PairAhead ahead = PairAheadOf(next, c, dv, x), none;
-    int64_t r = 0;
-    for (; r + 4 <= rows; r += 4) {
-      PvWords<4>(pairs + r * npp, npp, w.unit.data() + r, v, c, dv, x, o + r * dv,
-                 r == 0 ? ahead : none);
-    }
-    for (; r < rows; ++r) {
-      PvWords<1>(pairs + r * npp, npp, w.unit.data() + r, v, c, dv, x, o + r * dv,
-                 r == 0 ? ahead : none);
-    }
-  }
+  PairPasses512<PairsFp8>(reinterpret_cast<const int32_t*>(w.w.data()), w.stride / 2, w.unit.data(),
+                          rows, v, c, dv, o, next);
 }
 
 }  // namespace

@@ -2,12 +2,11 @@
 // factor = max|x| / 127 (rounded to float32), code = x / factor in float64
 // rounded to nearest even, within [-127, 127]. A token all zeros (or so
 // small that the factor underflows) is stored as zeros with factor 0.
-// The decode kernel multiplies them in integer units (int8_loops.h).
+// The decode kernel multiplies them in integer units (int8_loops.cc).
 #include <cmath>
 #include <cstring>
 
 #include "kvformats/formats.h"
-#include "kvformats/int8_loops.h"
 
 namespace attn::internal {
 namespace {

@@ -22,6 +22,18 @@ const PageCodec& Int4KeysCodec();
 uint8_t Int4Code(double x, float lo, float scale);
 uint8_t Int4Nibble(const uint8_t* row, int64_t dim, int64_t x);
 
+// int8_loops.cc: the decode kernel's loops over int8 codes in integer
+// units: QK against each query row rounded to int16, PV with each row's
+// weights rounded to int16, products summed in int32 (AVX512-VNNI's
+// VPDPWSSD where the CPU has it, VPMADDWD otherwise). Rows with a
+// non-finite element, and widths the integer loops do not take, run the
+// float loops (codes widened to float32 in registers). As QkCodesFn and
+// PvCodesFn (page_codec.h).
+void QkInt8Codes(const float* q, int64_t rows, const uint8_t* k, int64_t c, int64_t d, float* s,
+                 int64_t lds, const uint8_t* next);
+void PvInt8Codes(const float* p, int64_t rows, int64_t ldp, const uint8_t* v, int64_t c, int64_t dv,
+                 float* o, const uint8_t* next);
+
 // int4_loops.cc: int4's loops in integer units, for widths where
 // Int4Loops (the AVX-512 tier, a multiple of 32). QkInt4Block scores c
 // keys of a full block (rows of d / 2 bytes, the block's meta: scale[d],

@@ -167,10 +167,13 @@ ATTN_I4_VNNI inline void TileVector(const __m512i* w, const int16_t* q0, int64_t
 }
 
 // Rows [r0, r0 + R) against keys [j, j + K) (R, K <= 4): sixteen sums put
-// together once (SumEach16), lane 4 rr + t row rr's key t.
-template <bool kVnni, int R, int K>
+// together once (SumEach16), lane 4 rr + t row rr's key t. kD: d as a
+// constant (0: not), so that the compiler unrolls the segments and
+// overlaps a tile's sums with the next tile's products.
+template <bool kVnni, int R, int K, int kD = 0>
 ATTN_I4_VNNI void Tile(const BlockQuery& bq, int64_t r0, const uint8_t* k, int64_t rb, int64_t j,
-                       int64_t d, float* s, int64_t lds, const uint8_t* next) {
+                       int64_t dd, float* s, int64_t lds, const uint8_t* next) {
+  const int64_t d = kD != 0 ? kD : dd;
   const int64_t segs = (d + 127) / 128, bytes = d / 2;
   __m512i acc[16];
 #pragma GCC unroll 16
@@ -209,6 +212,9 @@ template <bool kVnni, int R>
 ATTN_I4_VNNI void TileRows(const BlockQuery& bq, int64_t r0, const uint8_t* k, int64_t rb,
                            int64_t c, int64_t d, float* s, int64_t lds, const uint8_t* next) {
   int64_t j = 0;
+  if (d == 128) {
+    for (; j + 4 <= c; j += 4) Tile<kVnni, R, 4, 128>(bq, r0, k, rb, j, d, s, lds, next);
+  }
   for (; j + 4 <= c; j += 4) Tile<kVnni, R, 4>(bq, r0, k, rb, j, d, s, lds, next);
   for (; j < c; ++j) Tile<kVnni, R, 1>(bq, r0, k, rb, j, d, s, lds, next);
 }

@@ -1,10 +1,9 @@
-#include "kvformats/int8_loops.h"
-
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
-#include "kvformats/page_loops_avx512.h"
+#include "kvformats/formats.h"
+#include "kvformats/pair_loops_avx512.h"
 #include "support/isa_cap.h"
 
 namespace attn::internal {
@@ -83,9 +82,13 @@ ATTN_I8_512 inline __m256 FoldI(__m512i a) {
 // Four rows (q0, d apart) against keys four at a time: sixteen sums, put
 // together once (SumEach16) instead of a sum at a time. Returns the keys
 // done (c rounded down to 4).
-template <bool kVnni>
+// kD: d as a constant (0: not), so that the compiler unrolls the channels
+// and overlaps a quad's sums with the next quad's products (a quarter of
+// the loop's time at d = 128).
+template <bool kVnni, int kD = 0>
 ATTN_I8_VNNI int64_t QkFourByFour(const int16_t* q0, const float* scale, const int8_t* k, int64_t c,
-                                  int64_t d, float* s, int64_t lds, const uint8_t* next) {
+                                  int64_t dd, float* s, int64_t lds, const uint8_t* next) {
+  const int64_t d = kD != 0 ? kD : dd;
   const __m512 sc = QuadOf(scale);
   int64_t j = 0;
   for (; j + 4 <= c; j += 4) {
@@ -117,8 +120,8 @@ ATTN_I8_VNNI void QkI16x512(const QRows& qr, int64_t rows, const int8_t* k, int6
   int64_t r = 0;
   for (; r + 4 <= rows; r += 4) {  // four rows against four keys, then two
     const int16_t* q0 = q + r * d;
-    int64_t j = QkFourByFour<kVnni>(q0, qr.scale.data() + r, k, c, d, s + r * lds, lds,
-                                    r == 0 ? next : nullptr);
+    const auto quads = d == 128 ? QkFourByFour<kVnni, 128> : QkFourByFour<kVnni>;
+    int64_t j = quads(q0, qr.scale.data() + r, k, c, d, s + r * lds, lds, r == 0 ? next : nullptr);
     for (; j + 2 <= c; j += 2) {
       if (r == 0) {
         PrefetchToken(next, d, j);
@@ -299,63 +302,20 @@ ATTN_I8_512 void RoundWeights(const float* p, int64_t rows, int64_t ldp, int64_t
   }
 }
 
-// Tokens 2t and 2t + 1 (a and b, as int16) into R rows' sums.
-template <bool kVnni, int R>
-__attribute__((always_inline)) ATTN_I8_VNNI inline void PvPair(const int32_t* pairs, int64_t np,
-                                                               int64_t t, __m512i a, __m512i b,
-                                                               __m512i* lo, __m512i* hi) {
-  const __m512i ilo = _mm512_unpacklo_epi16(a, b), ihi = _mm512_unpackhi_epi16(a, b);
-  for (int i = 0; i < R; ++i) {
-    const __m512i w = _mm512_set1_epi32(pairs[i * np + t]);
-    lo[i] = DotWords<kVnni>(lo[i], ilo, w);
-    hi[i] = DotWords<kVnni>(hi[i], ihi, w);
-  }
-}
-
-// R rows (1 to 4) by 32 columns at x, over tokens [0, c) of v.
-// `ahead`: lines of the page read next (PairAheadOf), one prefetched a token
-// pair (a burst of them at once stalled on the fill buffers).
-template <bool kVnni, int R>
-ATTN_I8_VNNI void PvRows512(const int32_t* pairs, int64_t np, const float* scale, const int8_t* v,
-                            int64_t c, int64_t dv, int64_t x, float* o, PairAhead ahead) {
-  __m512i lo[R], hi[R];
-  for (int i = 0; i < R; ++i) lo[i] = hi[i] = _mm512_setzero_si512();
-  auto row = [&](int64_t j) ATTN_I8_512 {
-    return _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(v + j * dv + x)));
-  };
-  const int64_t full = c / 2, with = std::min(ahead.lines, full);
-  int64_t t = 0;
-  for (; t < with; ++t) {
-    PrefetchLine(ahead.at + t * 64);
-    PvPair<kVnni, R>(pairs, np, t, row(2 * t), row(2 * t + 1), lo, hi);
-  }
-  for (; t < full; ++t) PvPair<kVnni, R>(pairs, np, t, row(2 * t), row(2 * t + 1), lo, hi);
-  for (; t < ahead.lines; ++t) PrefetchLine(ahead.at + t * 64);
-  if (c % 2 != 0) PvPair<kVnni, R>(pairs, np, full, row(c - 1), _mm512_setzero_si512(), lo, hi);
-  for (int i = 0; i < R; ++i) {
-    AddPairSums(_mm512_cvtepi32_ps(lo[i]), _mm512_cvtepi32_ps(hi[i]), scale[i], o + i * dv + x);
-  }
-}
-
+// PairRows512's policy over int8 codes: widened to int16, VPDPWSSD (or
+// VPMADDWD and an add) into int32.
 template <bool kVnni>
-ATTN_I8_VNNI void PvI16x512(const std::vector<int16_t>& w16, const std::vector<float>& scale,
-                            int64_t rows, const int8_t* v, int64_t c, int64_t dv, float* o,
-                            const uint8_t* next) {
-  const int64_t np = (c + 1) / 2;
-  const auto* pairs = reinterpret_cast<const int32_t*>(w16.data());
-  for (int64_t x = 0; x < dv; x += 32) {
-    const PairAhead ahead = PairAheadOf(next, c, dv, x), none;
-    int64_t r = 0;
-    for (; r + 4 <= rows; r += 4) {
-      PvRows512<kVnni, 4>(pairs + r * np, np, scale.data() + r, v, c, dv, x, o + r * dv,
-                          r == 0 ? ahead : none);
-    }
-    for (; r < rows; ++r) {
-      PvRows512<kVnni, 1>(pairs + r * np, np, scale.data() + r, v, c, dv, x, o + r * dv,
-                          r == 0 ? ahead : none);
-    }
+struct PairsI8 {
+  using Acc = __m512i;
+  ATTN_I8_512 static __m512i Zero() { return _mm512_setzero_si512(); }
+  ATTN_I8_512 static __m512i Words(const uint8_t* p) {
+    return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
-}
+  ATTN_I8_VNNI static __m512i Dot(__m512i acc, __m512i a, __m512i b) {
+    return DotWords<kVnni>(acc, a, b);
+  }
+  ATTN_I8_512 static __m512 Floats(__m512i acc) { return _mm512_cvtepi32_ps(acc); }
+};
 
 }  // namespace
 
@@ -377,16 +337,18 @@ void PvInt8Codes(const float* p, int64_t rows, int64_t ldp, const uint8_t* v, in
                  float* o, const uint8_t* next) {
   thread_local std::vector<int16_t> pairs;
   thread_local std::vector<float> scale;
-  const auto* v8 = reinterpret_cast<const int8_t*>(v);
   if (UseAvx512(dv) && dv % 32 == 0) {
     const bool vnni = UseAvx512Vnni();
     for (int64_t j0 = 0; j0 < c; j0 += kPvTokens) {  // in int32's range
       const int64_t n = std::min(kPvTokens, c - j0);
       RoundWeights(p + j0, rows, ldp, n, &pairs, &scale);
+      const auto* w = reinterpret_cast<const int32_t*>(pairs.data());
+      const uint8_t* vj = v + j0 * dv;
+      const uint8_t* pf = j0 == 0 ? next : nullptr;
       if (vnni) {
-        PvI16x512<true>(pairs, scale, rows, v8 + j0 * dv, n, dv, o, j0 == 0 ? next : nullptr);
+        PairPasses512<PairsI8<true>>(w, (n + 1) / 2, scale.data(), rows, vj, n, dv, o, pf);
       } else {
-        PvI16x512<false>(pairs, scale, rows, v8 + j0 * dv, n, dv, o, j0 == 0 ? next : nullptr);
+        PairPasses512<PairsI8<false>>(w, (n + 1) / 2, scale.data(), rows, vj, n, dv, o, pf);
       }
     }
     return;
