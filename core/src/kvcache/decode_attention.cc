@@ -64,7 +64,7 @@ struct Task {
 };
 
 struct Scratch {
-  std::vector<float> q, s, k, v;
+  LineVector<float> q, s, k, v;  // rows on 64-byte boundaries (page_codec.h)
   std::vector<int64_t> lo, hi;
 };
 
@@ -83,7 +83,7 @@ struct PageSpan {
 
 // c rows of `dim` of a side widened (without their factors) into buf.
 const float* Widen(const PageSide& side, const uint8_t* rows, int64_t c, int64_t dim,
-                   std::vector<float>* buf) {
+                   LineVector<float>* buf) {
   if (static_cast<int64_t>(buf->size()) < c * dim) buf->resize(static_cast<size_t>(c * dim));
   side.codec->widen(rows, c, dim, buf->data());
   return buf->data();
@@ -100,7 +100,7 @@ struct Rows {
 };
 
 Rows SideRows(const DecodeProblem& p, const PageSide& side, const PageSpan& sp, int64_t dim,
-              bool fast, bool keys, std::vector<float>* buf) {
+              bool fast, bool keys, LineVector<float>* buf) {
   const int64_t c = sp.b - sp.a;
   if (side.codec->blocked) {
     if (static_cast<int64_t>(buf->size()) < c * dim) buf->resize(static_cast<size_t>(c * dim));

@@ -153,7 +153,7 @@ ATTN_FP8_DOT inline void ScaledWords(const float* x, int64_t n, int e, uint16_t*
 // takes a row's sums against codes back to the loaders' units: the codes'
 // 2^-120 and Load's 2^-8 undone, and the row's 2^e.
 struct WordRows {
-  std::vector<uint16_t> w;
+  LineVector<uint16_t> w;
   std::vector<float> unit;
   int64_t stride = 0;
   RowsOrigin origin;  // the query rows they were made from (PreparedRows)

@@ -37,7 +37,7 @@ struct Load512I8 {
 #define ATTN_I8_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
 
 struct QRows {
-  std::vector<int16_t> q;
+  LineVector<int16_t> q;
   std::vector<float> scale;
   // The rows they were made from: a task asks for the same rows page after
   // page, and they are rounded once a kv head (PreparedRows).
@@ -279,7 +279,7 @@ constexpr int64_t kPvTokens = 256;
 // (at most 1 times a finite scale) unless a score was NaN, and a row with a
 // NaN score is answered NaN whatever its sums.
 ATTN_I8_512 void RoundWeights(const float* p, int64_t rows, int64_t ldp, int64_t c,
-                              std::vector<int16_t>* w16, std::vector<float>* scale) {
+                              LineVector<int16_t>* w16, std::vector<float>* scale) {
   const int64_t np = (c + 1) / 2;
   w16->resize(static_cast<size_t>(rows * 2 * np));
   scale->resize(static_cast<size_t>(rows));
@@ -335,7 +335,7 @@ void QkInt8Codes(const float* q, int64_t rows, const uint8_t* k, int64_t c, int6
 
 void PvInt8Codes(const float* p, int64_t rows, int64_t ldp, const uint8_t* v, int64_t c, int64_t dv,
                  float* o, const uint8_t* next) {
-  thread_local std::vector<int16_t> pairs;
+  thread_local LineVector<int16_t> pairs;
   thread_local std::vector<float> scale;
   if (UseAvx512(dv) && dv % 32 == 0) {
     const bool vnni = UseAvx512Vnni();

@@ -12,6 +12,9 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
+
+#include "attn/tensor.h"
 
 namespace attn {
 enum class CacheFormat;  // attn/kv_cache.h
@@ -67,6 +70,14 @@ struct PageCodec {
 };
 
 const PageCodec& CodecOf(PageFormat format);
+
+// The decode loops' prepared rows (queries, weights, scratch) on 64-byte boundaries: a
+// row of a vector's width read across two cache lines took the AVX2 QK
+// loop from 44 to 62-66 cycles a key (rows 16 bytes off a line, as
+// std::vector's allocations are).
+template <typename T>
+using LineVector = std::vector<T, AlignedAllocator<T>>;
+
 // The page format of a side (keys or values) stored as `format` in a cache
 // of `type`.
 PageFormat PageFormatOf(CacheFormat format, CacheType type, bool keys);
