@@ -208,29 +208,34 @@ ATTN_I4_VNNI void Tile(const BlockQuery& bq, int64_t r0, const uint8_t* k, int64
   }
 }
 
-template <bool kVnni, int R>
+// (kD as Tile's; a block's last keys too: 2% of an int4 step at d 128
+// on the generic tile.)
+template <bool kVnni, int R, int kD>
 ATTN_I4_VNNI void TileRows(const BlockQuery& bq, int64_t r0, const uint8_t* k, int64_t rb,
                            int64_t c, int64_t d, float* s, int64_t lds, const uint8_t* next) {
   int64_t j = 0;
-  if (d == 128) {
-    for (; j + 4 <= c; j += 4) Tile<kVnni, R, 4, 128>(bq, r0, k, rb, j, d, s, lds, next);
+  for (; j + 4 <= c; j += 4) Tile<kVnni, R, 4, kD>(bq, r0, k, rb, j, d, s, lds, next);
+  for (; j < c; ++j) Tile<kVnni, R, 1, kD>(bq, r0, k, rb, j, d, s, lds, next);
+}
+
+template <bool kVnni, int kD>
+void QkBlockRows(const BlockQuery& bq, int64_t rows, const uint8_t* k, int64_t c, int64_t d,
+                 float* s, int64_t lds, const uint8_t* next) {
+  const int64_t rb = d / 2;
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    TileRows<kVnni, 4, kD>(bq, r, k, rb, c, d, s, lds, r == 0 ? next : nullptr);
   }
-  for (; j + 4 <= c; j += 4) Tile<kVnni, R, 4>(bq, r0, k, rb, j, d, s, lds, next);
-  if (d == 128) {  // (a block's last keys: 2% of an int4 step at d 128 without)
-    for (; j < c; ++j) Tile<kVnni, R, 1, 128>(bq, r0, k, rb, j, d, s, lds, next);
+  for (; r < rows; ++r) {
+    TileRows<kVnni, 1, kD>(bq, r, k, rb, c, d, s, lds, r == 0 ? next : nullptr);
   }
-  for (; j < c; ++j) Tile<kVnni, R, 1>(bq, r0, k, rb, j, d, s, lds, next);
 }
 
 template <bool kVnni>
 void QkBlock(const BlockQuery& bq, int64_t rows, const uint8_t* k, int64_t c, int64_t d, float* s,
              int64_t lds, const uint8_t* next) {
-  const int64_t rb = d / 2;
-  int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) {
-    TileRows<kVnni, 4>(bq, r, k, rb, c, d, s, lds, r == 0 ? next : nullptr);
-  }
-  for (; r < rows; ++r) TileRows<kVnni, 1>(bq, r, k, rb, c, d, s, lds, r == 0 ? next : nullptr);
+  if (d == 128) return QkBlockRows<kVnni, 128>(bq, rows, k, c, d, s, lds, next);
+  QkBlockRows<kVnni, 0>(bq, rows, k, c, d, s, lds, next);
 }
 
 // ---- PV -------------------------------------------------------------------

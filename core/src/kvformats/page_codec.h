@@ -71,10 +71,10 @@ struct PageCodec {
 
 const PageCodec& CodecOf(PageFormat format);
 
-// The decode loops' prepared rows (queries, weights, scratch) on 64-byte boundaries: a
-// row of a vector's width read across two cache lines took the AVX2 QK
-// loop from 44 to 62-66 cycles a key (rows 16 bytes off a line, as
-// std::vector's allocations are).
+// The decode loops' prepared rows (queries, weights, scratch) on 64-byte
+// boundaries: a row of a vector's width read across two cache lines took
+// the AVX2 QK loop from 44 to 62-66 cycles a key (rows 16 bytes off a
+// line, as std::vector's allocations are).
 template <typename T>
 using LineVector = std::vector<T, AlignedAllocator<T>>;
 

@@ -24,7 +24,8 @@ namespace attn::internal {
 // codes, and four rows' sums are sixteen chains (eight waited on the dot
 // products' latency). `ahead` (or null): W chunks' lines of the page read
 // next (PairAheadOf), one each a token pair (a burst of them at once
-// stalled on the fill buffers).
+// stalled on the fill buffers); a later chunk may have fewer lines (the
+// last one of an odd c), and each chunk's prefetches stop at its own.
 template <typename P, int R, int W>
 ATTN_PAIRS void PairRows512(const int32_t* pairs, int64_t np, const float* unit, const uint8_t* v,
                             int64_t c, int64_t dv, int64_t x, float* o, const PairAhead* ahead) {
@@ -43,16 +44,16 @@ ATTN_PAIRS void PairRows512(const int32_t* pairs, int64_t np, const float* unit,
       }
     }
   };
-  const int64_t full = c / 2, lines = ahead != nullptr ? ahead[0].lines : 0;
-  const int64_t with = std::min(lines, full);
+  // Chunks' lines never grow with x, so the last chunk's are the fewest.
+  const int64_t full = c / 2, with = ahead != nullptr ? std::min(ahead[W - 1].lines, full) : 0;
   int64_t t = 0;
   for (; t < with; ++t) {
     for (int u = 0; u < W; ++u) PrefetchLine(ahead[u].at + t * 64);
     step(t, 2 * t, true);
   }
   for (; t < full; ++t) step(t, 2 * t, true);
-  for (int64_t l = t; l < lines; ++l) {
-    for (int u = 0; u < W; ++u) PrefetchLine(ahead[u].at + l * 64);
+  for (int u = 0; u < W && ahead != nullptr; ++u) {
+    for (int64_t l = t; l < ahead[u].lines; ++l) PrefetchLine(ahead[u].at + l * 64);
   }
   if (c % 2 != 0) step(full, c - 1, false);
   for (int i = 0; i < R; ++i) {
