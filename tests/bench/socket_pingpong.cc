@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -22,6 +23,7 @@
 namespace {
 
 constexpr int kBytes = 64, kWarmup = 500;
+constexpr int kConnectMs = 10000;  // the child's connect, bounded: it may fail
 
 [[noreturn]] void Fail(const char* what) {
   std::perror(what);
@@ -70,6 +72,12 @@ double RoundTripUs(bool unix_socket, int trips, const std::string& dir) {
     char buf[kBytes] = {};
     for (int i = 0; i < kWarmup + trips; ++i) Exchange(c, buf, false);
     _exit(0);
+  }
+  pollfd waiting{listener, POLLIN, 0};
+  if (poll(&waiting, 1, kConnectMs) != 1) {  // the child failed to connect
+    waitpid(child, nullptr, 0);
+    std::fprintf(stderr, "accept: no connection within %d s\n", kConnectMs / 1000);
+    std::exit(1);
   }
   const int s = accept(listener, nullptr, nullptr);
   if (s < 0) Fail("accept");
