@@ -15,6 +15,7 @@
 #include "attn/cpu_info.h"
 #include "kvformats/formats.h"
 #include "kvformats/pair_loops_avx512.h"
+#include "support/isa_cap.h"
 
 namespace attn::internal {
 namespace {
@@ -122,7 +123,10 @@ int64_t Bytes1(int64_t dim) { return dim; }
 // and the weights are rounded to bf16 (a relative error of at most 2^-8,
 // against the code's 2^-4) after scaling by a power of two that keeps every product
 // clear of float32's subnormals, which VDPBF16PS flushes; the power goes back
-// with the sums.
+// with the sums. PV makes its words with GFNI (Fp8Rows64), so these loops
+// run where the CPU has both (UseGfni); QK keeps CodeWords, which timed
+// faster inside a decode step (a GFNI QK was 8% faster on a page in L1 and
+// 6-10% slower on the step, its prefetches stalling).
 
 #define ATTN_FP8_DOT ATTN_DECODE512
 
@@ -135,6 +139,16 @@ ATTN_FP8_DOT inline __m512i CodeWords(const uint8_t* p) {
   const __m512i w = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   return _mm512_and_si512(_mm512_slli_epi16(w, 4), _mm512_set1_epi16(static_cast<int16_t>(0x87F0)));
 }
+
+// GFNI's bit matrices for fp8's PV (GF2P8AFFINEQB: bit i of a result byte
+// is the parity of the code's bits selected by byte 7 - i of the matrix):
+// kLowByte moves a code's bits 0-3 to 4-7 (a word's low byte: the top of
+// bf16's mantissa), kHighByte keeps the sign in bit 7 and moves bits 4-6 to
+// 0-2 (the word's high byte: sign and exponent). A code's two bytes,
+// unpacked into a word, are CodeWords' word.
+#define ATTN_FP8_GF __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c,gfni")))
+constexpr int64_t kLowByte = 0x01020408LL;
+constexpr int64_t kHighByte = 0x1020400000000080LL;
 
 // n floats times 2^e rounded to bf16 (nearest even), 16 at a time (the
 // last ones padded with 0).
@@ -212,7 +226,7 @@ ATTN_FP8_DOT void QkWords(const uint16_t* qw, const float* unit, const uint8_t* 
 
 void QkFp8(const float* q, int64_t rows, const uint8_t* k, int64_t c, int64_t d, float* s,
            int64_t lds, const uint8_t* next) {
-  if (!(UseAvx512(d) && d % 32 == 0 && Bf16MatrixTier() != Bf16Tier::kNone)) {
+  if (!(UseAvx512(d) && d % 32 == 0 && UseGfni())) {
     return QkPageOf<LoadFp8, Load512Fp8>(q, rows, k, c, d, s, lds, next);
   }
   WordRows& qw = PreparedRows<WordRows>(q);  // once per kv head, not per page
@@ -229,10 +243,62 @@ void QkFp8(const float* q, int64_t rows, const uint8_t* k, int64_t c, int64_t d,
   }
 }
 
+// Rows64's sums back in column order, times unit and added to o[0, 64):
+// acc[m] holds columns 16k + 4m .. 16k + 4m + 3 of each 128-bit lane k (a
+// four-by-four transpose of 128-bit blocks).
+ATTN_FP8_GF inline void AddSums64(const __m512* acc, float unit, float* o) {
+  const __m512 t0 = _mm512_shuffle_f32x4(acc[0], acc[1], 0x44);
+  const __m512 t1 = _mm512_shuffle_f32x4(acc[0], acc[1], 0xEE);
+  const __m512 t2 = _mm512_shuffle_f32x4(acc[2], acc[3], 0x44);
+  const __m512 t3 = _mm512_shuffle_f32x4(acc[2], acc[3], 0xEE);
+  const __m512 cols[4] = {_mm512_shuffle_f32x4(t0, t2, 0x88), _mm512_shuffle_f32x4(t0, t2, 0xDD),
+                          _mm512_shuffle_f32x4(t1, t3, 0x88), _mm512_shuffle_f32x4(t1, t3, 0xDD)};
+  const __m512 sc = _mm512_set1_ps(unit);
+  for (int k = 0; k < 4; ++k) {
+    _mm512_storeu_ps(o + 16 * k, _mm512_fmadd_ps(cols[k], sc, _mm512_loadu_ps(o + 16 * k)));
+  }
+}
+
+// R rows by 64 columns at x of o over tokens [0, c) of v: the codes of
+// tokens 2t and 2t + 1 interleaved byte by byte, then each byte's two GFNI
+// transforms unpacked, give four vectors of 16 columns' pairs of bf16 words
+// (token 2t in the low half): ten operations for 128 codes against
+// sixteen through CodeWords and 16-bit unpacks.
+template <int R>
+ATTN_FP8_GF void Fp8Rows64(const int32_t* pairs, int64_t np, const float* unit, const uint8_t* v,
+                           int64_t c, int64_t dv, int64_t x, float* o, const PairAhead* ahead) {
+  __m512 acc[4 * R];
+  for (int i = 0; i < 4 * R; ++i) acc[i] = _mm512_setzero_ps();
+  const auto step = [&](int64_t t, int64_t j, bool second) ATTN_FP8_GF {
+    const __m512i a = _mm512_loadu_si512(v + j * dv + x);
+    const __m512i b = second ? _mm512_loadu_si512(v + (j + 1) * dv + x) : _mm512_setzero_si512();
+    const __m512i m[2] = {_mm512_unpacklo_epi8(a, b), _mm512_unpackhi_epi8(a, b)};
+    __m512i words[4];
+    for (int h = 0; h < 2; ++h) {
+      const __m512i lo = _mm512_gf2p8affine_epi64_epi8(m[h], _mm512_set1_epi64(kLowByte), 0);
+      const __m512i hi = _mm512_gf2p8affine_epi64_epi8(m[h], _mm512_set1_epi64(kHighByte), 0);
+      words[2 * h] = _mm512_unpacklo_epi8(lo, hi);
+      words[2 * h + 1] = _mm512_unpackhi_epi8(lo, hi);
+    }
+    for (int i = 0; i < R; ++i) {
+      const __m512i w = _mm512_set1_epi32(pairs[i * np + t]);
+      for (int u = 0; u < 4; ++u) acc[i * 4 + u] = DotBf16(acc[i * 4 + u], words[u], w);
+    }
+  };
+  PairSchedule<2>(c, ahead, step);
+  for (int i = 0; i < R; ++i) AddSums64(acc + 4 * i, unit[i], o + i * dv + x);
+}
+
 // PairRows512's policy over fp8 codes: their bits in bf16's places,
-// VDPBF16PS into float32.
+// VDPBF16PS into float32; 64 columns at a time by Fp8Rows64.
 struct PairsFp8 {
   using Acc = __m512;
+  static constexpr bool kRows64 = true;
+  template <int R>
+  static void Rows64(const int32_t* pairs, int64_t np, const float* unit, const uint8_t* v,
+                     int64_t c, int64_t dv, int64_t x, float* o, const PairAhead* ahead) {
+    Fp8Rows64<R>(pairs, np, unit, v, c, dv, x, o, ahead);
+  }
   ATTN_FP8_DOT static __m512 Zero() { return _mm512_setzero_ps(); }
   ATTN_FP8_DOT static __m512i Words(const uint8_t* p) { return CodeWords(p); }
   ATTN_FP8_DOT static __m512 Dot(__m512 acc, __m512i a, __m512i b) { return DotBf16(acc, a, b); }
@@ -241,7 +307,7 @@ struct PairsFp8 {
 
 void PvFp8(const float* p, int64_t rows, int64_t ldp, const uint8_t* v, int64_t c, int64_t dv,
            float* o, const uint8_t* next) {
-  if (!(UseAvx512(dv) && dv % 32 == 0 && Bf16MatrixTier() != Bf16Tier::kNone)) {
+  if (!(UseAvx512(dv) && dv % 32 == 0 && UseGfni())) {
     return PvPageOf<LoadFp8, Load512Fp8>(p, rows, ldp, v, c, dv, o, next);
   }
   thread_local WordRows w;

@@ -307,6 +307,7 @@ ATTN_I8_512 void RoundWeights(const float* p, int64_t rows, int64_t ldp, int64_t
 template <bool kVnni>
 struct PairsI8 {
   using Acc = __m512i;
+  static constexpr bool kRows64 = false;
   ATTN_I8_512 static __m512i Zero() { return _mm512_setzero_si512(); }
   ATTN_I8_512 static __m512i Words(const uint8_t* p) {
     return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));

@@ -169,6 +169,11 @@ bool UseAvx512Vnni() {
   return vnni;
 }
 
+bool UseGfni() {
+  static const bool gfni = Bf16MatrixTier() != Bf16Tier::kNone && __builtin_cpu_supports("gfni");
+  return gfni;
+}
+
 void ApplyOneDnnIsaCap() {
   // oneDNN accepts the cap only before its first kernel is generated, and
   // only once; every path into oneDNN calls this first.

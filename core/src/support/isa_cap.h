@@ -18,6 +18,12 @@ Bf16Tier CpuBf16Tier();
 // other loops on a VNNI machine).
 bool UseAvx512Vnni();
 
+// GFNI (GF2P8AFFINEQB) for fp8's bf16 loops: the CPU has it and core's
+// loops run a bf16 matrix tier (Bf16MatrixTier() is set). Zen 4 and 5 and
+// Intel from Ice Lake have it; Cooper Lake (AVX512-BF16 without GFNI)
+// runs fp8's float loops.
+bool UseGfni();
+
 // Caps oneDNN at AVX2 when KernelTier() is below AVX-512 and the user set no
 // ONEDNN_MAX_CPU_ISA. Idempotent and thread-safe; must run before oneDNN
 // creates its first primitive, so CpuEngine() calls it.

@@ -20,6 +20,7 @@
 #include "kv_quant_model.h"
 #include "kvformats/formats.h"
 #include "kvformats/page_codec.h"
+#include "support/isa_cap.h"
 
 namespace {
 
@@ -219,12 +220,11 @@ std::vector<float> Values(size_t n, std::mt19937& rng) {
 
 class PageLoops : public ::testing::TestWithParam<PageFormat> {};
 
-// fp8's loops on a CPU with a bf16 unit (Fp8Bf16Dots) round the query
-// rows and the weights to bf16 (8 significant bits): at most 2^-8 of each
-// product off.
+// fp8's loops on a CPU with a bf16 unit and GFNI (Fp8Bf16Dots) round the
+// query rows and the weights to bf16 (8 significant bits): at most 2^-8 of
+// each product off.
 bool Fp8Bf16Dots(int64_t d) {
-  return attn::KernelTier() == attn::IsaTier::kAvx512 && d % 32 == 0 &&
-         attn::Bf16MatrixTier() != attn::Bf16Tier::kNone;
+  return attn::KernelTier() == attn::IsaTier::kAvx512 && d % 32 == 0 && attn::internal::UseGfni();
 }
 
 TEST_P(PageLoops, QkAndPvEqualFloat64) {
