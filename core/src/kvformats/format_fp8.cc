@@ -123,10 +123,11 @@ int64_t Bytes1(int64_t dim) { return dim; }
 // and the weights are rounded to bf16 (a relative error of at most 2^-8,
 // against the code's 2^-4) after scaling by a power of two that keeps every product
 // clear of float32's subnormals, which VDPBF16PS flushes; the power goes back
-// with the sums. PV makes its words with GFNI (Fp8Rows64), so these loops
-// run where the CPU has both (UseGfni); QK keeps CodeWords, which timed
-// faster inside a decode step (a GFNI QK was 8% faster on a page in L1 and
-// 6-10% slower on the step, its prefetches stalling).
+// with the sums. PV makes its words with GFNI (Fp8Rows64), so it runs
+// where the CPU has that too (UseGfni; otherwise the float loops); QK
+// keeps CodeWords, which timed faster inside a decode step (a GFNI QK was
+// 8% faster on a page in L1 and 6-10% slower on the step, its prefetches
+// stalling).
 
 #define ATTN_FP8_DOT ATTN_DECODE512
 
@@ -226,7 +227,7 @@ ATTN_FP8_DOT void QkWords(const uint16_t* qw, const float* unit, const uint8_t* 
 
 void QkFp8(const float* q, int64_t rows, const uint8_t* k, int64_t c, int64_t d, float* s,
            int64_t lds, const uint8_t* next) {
-  if (!(UseAvx512(d) && d % 32 == 0 && UseGfni())) {
+  if (!(UseAvx512(d) && d % 32 == 0 && Bf16MatrixTier() != Bf16Tier::kNone)) {
     return QkPageOf<LoadFp8, Load512Fp8>(q, rows, k, c, d, s, lds, next);
   }
   WordRows& qw = PreparedRows<WordRows>(q);  // once per kv head, not per page

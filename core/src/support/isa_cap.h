@@ -18,10 +18,10 @@ Bf16Tier CpuBf16Tier();
 // other loops on a VNNI machine).
 bool UseAvx512Vnni();
 
-// GFNI (GF2P8AFFINEQB) for fp8's bf16 loops: the CPU has it and core's
-// loops run a bf16 matrix tier (Bf16MatrixTier() is set). Zen 4 and 5 and
-// Intel from Ice Lake have it; Cooper Lake (AVX512-BF16 without GFNI)
-// runs fp8's float loops.
+// GFNI (GF2P8AFFINEQB) for fp8's bf16 PV: the CPU has it and core's loops
+// run a bf16 matrix tier (Bf16MatrixTier() is set). Zen 4 and 5 and Intel
+// from Ice Lake have it; on Cooper Lake (AVX512-BF16 without GFNI) fp8's
+// PV runs the float loops and its QK the bf16 ones.
 bool UseGfni();
 
 // Caps oneDNN at AVX2 when KernelTier() is below AVX-512 and the user set no

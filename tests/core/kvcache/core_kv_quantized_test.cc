@@ -114,16 +114,14 @@ KvStep View(const Session& s, const Step& st) {
 // 1/254 of a score's scale) and the weights times the values' scales to
 // bytes (1/510 of the largest): 2e-2. fp8's loops on a CPU with a bf16
 // unit (the same widths) round the query and the weights to bf16 (2^-8 of
-// each product at most): 1e-2 (where it also has GFNI, as core's
-// UseGfni).
+// each product at most): 1e-2.
 double Tolerance(const Session& s) {
   const auto int4 = attn_test::ModelInt4Values;
   const bool wide =
       attn::KernelTier() >= attn::IsaTier::kAvx512 && s.replay.d % 32 == 0 && s.replay.dv % 32 == 0;
   if (wide && (s.replay.key_block > 0 || s.replay.value_q == int4)) return 2e-2;
   const auto fp8 = attn_test::ModelFp8;
-  const bool gfni = __builtin_cpu_supports("gfni");
-  if (wide && attn::Bf16MatrixTier() != attn::Bf16Tier::kNone && gfni &&
+  if (wide && attn::Bf16MatrixTier() != attn::Bf16Tier::kNone &&
       (s.replay.key_q == fp8 || s.replay.value_q == fp8)) {
     return 1e-2;
   }

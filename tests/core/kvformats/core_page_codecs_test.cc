@@ -20,7 +20,6 @@
 #include "kv_quant_model.h"
 #include "kvformats/formats.h"
 #include "kvformats/page_codec.h"
-#include "support/isa_cap.h"
 
 namespace {
 
@@ -220,11 +219,12 @@ std::vector<float> Values(size_t n, std::mt19937& rng) {
 
 class PageLoops : public ::testing::TestWithParam<PageFormat> {};
 
-// fp8's loops on a CPU with a bf16 unit and GFNI (Fp8Bf16Dots) round the
-// query rows and the weights to bf16 (8 significant bits): at most 2^-8 of
-// each product off.
+// fp8's loops on a CPU with a bf16 unit (Fp8Bf16Dots) round the query
+// rows and the weights to bf16 (8 significant bits): at most 2^-8 of each
+// product off.
 bool Fp8Bf16Dots(int64_t d) {
-  return attn::KernelTier() == attn::IsaTier::kAvx512 && d % 32 == 0 && attn::internal::UseGfni();
+  return attn::KernelTier() == attn::IsaTier::kAvx512 && d % 32 == 0 &&
+         attn::Bf16MatrixTier() != attn::Bf16Tier::kNone;
 }
 
 TEST_P(PageLoops, QkAndPvEqualFloat64) {
