@@ -122,7 +122,7 @@ ATTN_AVX512 inline __m512 Exp512(__m512 x) {
 }
 
 // ExpNonPositive256's degree-4 q(r) on Exp512's range reduction and scalef:
-// exp(x) for x = score - row max <= 0, the decode kernel's exp pass. Within
+// exp(x) for x = score - row max <= 0, every AVX-512 exp pass. Within
 // 4e-7 relative above FLT_MIN (the kernel tests); exp(0) is exactly 1, -inf
 // gives 0, NaN propagates.
 ATTN_AVX512 inline __m512 ExpNonPositive512(__m512 x) {
@@ -240,7 +240,9 @@ ATTN_AVX512 inline void StoreExpsTail512(uint16_t* y, __m512 e, int64_t n) {
 }
 
 // y[i] = exp(x[i] * scale - m) for i < n, y being x itself (float32) or a
-// bf16 row (StoreExps512); returns the sum of the float32 exps.
+// bf16 row (StoreExps512); returns the sum of the float32 exps. m is the
+// row's max, so the arguments are <= 0 up to the fmsub's rounding:
+// ExpNonPositive512, as ExpSumRow256 takes ExpNonPositive256.
 template <typename Out>
 ATTN_AVX512 inline float ExpSumRowTo512(const float* x, Out* y, int64_t n, float scale, float m) {
   const __m512 s = _mm512_set1_ps(scale);
@@ -248,15 +250,15 @@ ATTN_AVX512 inline float ExpSumRowTo512(const float* x, Out* y, int64_t n, float
   __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    const __m512 e0 = Exp512(_mm512_fmsub_ps(_mm512_loadu_ps(x + i), s, mv));
-    const __m512 e1 = Exp512(_mm512_fmsub_ps(_mm512_loadu_ps(x + i + 16), s, mv));
+    const __m512 e0 = ExpNonPositive512(_mm512_fmsub_ps(_mm512_loadu_ps(x + i), s, mv));
+    const __m512 e1 = ExpNonPositive512(_mm512_fmsub_ps(_mm512_loadu_ps(x + i + 16), s, mv));
     StoreExps512(y + i, e0, e1);
     acc0 = _mm512_add_ps(acc0, e0);
     acc1 = _mm512_add_ps(acc1, e1);
   }
   for (; i < n; i += 16) {
     const __mmask16 k = Lanes16(n - i);
-    const __m512 e = Exp512(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(k, x + i), s, mv));
+    const __m512 e = ExpNonPositive512(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(k, x + i), s, mv));
     StoreExpsTail512(y + i, e, n - i);
     acc0 = _mm512_add_ps(acc0, _mm512_maskz_mov_ps(k, e));
   }
