@@ -252,6 +252,10 @@ void RunTask(const SoftmaxKernels& sk, const Task& task, Scratch& sc) {
   const int64_t lo_u = *std::min_element(sc.lo.begin(), sc.lo.end());
   const int64_t hi_u = *std::max_element(sc.hi.begin(), sc.hi.end());
   const bool fast = InRegisterTier() && d % 8 == 0 && dv % 8 == 0;
+  // How far ahead the loops prefetch, in pages in the order read: a
+  // quantized cache's two, a float cache's one (measured, as
+  // docs/performance.md says).
+  const int64_t ahead = p.key.codec->scaled || p.key.codec->blocked ? 2 : 1;
   for (int64_t pg = task.p0; pg < task.p1; ++pg) {
     const int64_t j0 = pg * T;
     const int64_t a = std::max(j0, lo_u), b = std::min({j0 + T, p.tokens, hi_u});
@@ -260,10 +264,10 @@ void RunTask(const SoftmaxKernels& sk, const Task& task, Scratch& sc) {
     for (int64_t t = 0; t < p.n && whole; ++t) whole = sc.lo[t] <= a && sc.hi[t] >= b;
     for (int64_t g = 0; g < p.hkv; ++g) {
       PageSpan sp{p.pages[g * p.pages_per_head + pg], nullptr, nullptr, g, j0, a, b, whole};
-      // The same offsets in the page read next, to prefetch: the next
-      // head's, or the first head's of the next page.
-      int64_t ng = g + 1, npg = pg;
-      if (ng == p.hkv) ng = 0, npg = pg + 1;
+      // The same offsets in the page read `ahead` pages later, to
+      // prefetch: a later head's of this page, or one of the next page.
+      int64_t ng = g + ahead, npg = pg;
+      for (; ng >= p.hkv; ng -= p.hkv) ++npg;
       if (npg < task.p1 && npg * T < std::min(p.tokens, hi_u)) {
         const uint8_t* nb = p.pages[ng * p.pages_per_head + npg];
         const int64_t off = std::max<int64_t>(0, lo_u - npg * T);
