@@ -121,7 +121,7 @@ void BM_KvDecode(benchmark::State& state) {
   for (const auto& id : ids) {
     steps.push_back({id, attn::TensorView::Dense(q.data(), {kHq, 1, kD}),
                      attn::TensorView::Dense(knew.data(), {kHkv, 1, kD}),
-                     attn::TensorView::Dense(knew.data(), {kHkv, 1, kD})});
+                     attn::TensorView::Dense(knew.data(), {kHkv, 1, kD}), std::nullopt});
   }
   for (auto _ : state) {
     auto r = store.Extend(0, steps, {});
@@ -166,7 +166,7 @@ void BM_KvPrefill(benchmark::State& state) {
     } else {
       attn::KvStep st{"p", attn::TensorView::Dense(q.data(), {kHq, n, kD}),
                       attn::TensorView::Dense(k.data(), {kHkv, n, kD}),
-                      attn::TensorView::Dense(v.data(), {kHkv, n, kD})};
+                      attn::TensorView::Dense(v.data(), {kHkv, n, kD}), std::nullopt};
       auto r = store.Extend(0, {st}, {});
       if (!r.ok()) state.SkipWithError(r.status().ToString().c_str());
       state.PauseTiming();

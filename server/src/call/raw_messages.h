@@ -61,10 +61,9 @@ inline int64_t CountTopLevelField(const grpc::ByteBuffer& in, uint32_t field, in
   s.SetTotalBytesLimit(INT32_MAX);
   int64_t n = 0;
   while (const uint32_t tag = s.ReadTag()) {
-    if (google::protobuf::internal::WireFormatLite::GetTagFieldNumber(tag) == field &&
-        ++n > stop_after) {
-      return n;
-    }
+    const auto number =
+        static_cast<uint32_t>(google::protobuf::internal::WireFormatLite::GetTagFieldNumber(tag));
+    if (number == field && ++n > stop_after) return n;
     if (!google::protobuf::internal::WireFormatLite::SkipField(&s, tag)) return -1;
   }
   return s.ConsumedEntireMessage() ? n : -1;

@@ -257,7 +257,7 @@ TEST(KvCache, ForkOfALongSessionAllocatesNoPage) {
   for (int64_t at = 0; at < 32768; at += chunk) {
     KvStep st{"long", TensorView::Dense(none.data(), {8, 0, 128}),
               TensorView::Dense(kv.data(), {8, chunk, 128}),
-              TensorView::Dense(kv.data(), {8, chunk, 128})};
+              TensorView::Dense(kv.data(), {8, chunk, 128}), std::nullopt};
     ASSERT_TRUE(store.Extend(0, {st}, {}).ok());
   }
   auto info = store.Get("", "long");
@@ -272,7 +272,8 @@ TEST(KvCache, ForkOfALongSessionAllocatesNoPage) {
   // head), nothing copied; and the parent's bytes stay where they were.
   std::vector<float> one(8 * 128, 0.5f);
   KvStep st{"long:beam", TensorView::Dense(one.data(), {8, 1, 128}),
-            TensorView::Dense(one.data(), {8, 1, 128}), TensorView::Dense(one.data(), {8, 1, 128})};
+            TensorView::Dense(one.data(), {8, 1, 128}), TensorView::Dense(one.data(), {8, 1, 128}),
+            std::nullopt};
   ASSERT_TRUE(store.Extend(0, {st}, {}).ok());
   EXPECT_EQ(store.bytes_used(), used + 8 * o.page_bytes);
   EXPECT_EQ(store.Get("", "long")->cache_bytes, raw);
@@ -296,7 +297,8 @@ TEST(KvCache, SessionMetadataIsCountedAndBounded) {
   const std::vector<float> kv = attn_test::Normal(4096 * 8, rng);
   std::vector<float> none;
   KvStep st{"long", TensorView::Dense(none.data(), {1, 0, 8}),
-            TensorView::Dense(kv.data(), {1, 4096, 8}), TensorView::Dense(kv.data(), {1, 4096, 8})};
+            TensorView::Dense(kv.data(), {1, 4096, 8}), TensorView::Dense(kv.data(), {1, 4096, 8}),
+            std::nullopt};
   ASSERT_TRUE(store.Extend(0, {st}, {}).ok());  // 256 pages of 16 tokens
   const int64_t filled = store.metadata_bytes();
   EXPECT_GE(filled - one, 256 * 4) << "its page table is counted";
@@ -557,13 +559,15 @@ TEST(KvCache, ConcurrentExtendOnOneLayerIsBusy) {
     std::atomic<bool> done{false};
     std::thread first([&] {
       KvStep st{"busy", TensorView::Dense(q.data(), {8, n, 64}),
-                TensorView::Dense(k.data(), {8, n, 64}), TensorView::Dense(k.data(), {8, n, 64})};
+                TensorView::Dense(k.data(), {8, n, 64}), TensorView::Dense(k.data(), {8, n, 64}),
+                std::nullopt};
       EXPECT_TRUE(store.Extend(0, {st}, {}).ok());
       done = true;
     });
     while (store.bytes_used() == 0 && !done) std::this_thread::yield();
     std::vector<float> q1(8 * 64, 0.1f);
-    KvStep one{"busy", TensorView::Dense(q1.data(), {8, 1, 64}), std::nullopt, std::nullopt};
+    KvStep one{"busy", TensorView::Dense(q1.data(), {8, 1, 64}), std::nullopt, std::nullopt,
+               std::nullopt};
     const Status second = store.Extend(0, {one}, {}).status();
     const Status trunc = store.Truncate("", "busy", 0).status();
     const bool still_running = !done;
