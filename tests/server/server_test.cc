@@ -731,11 +731,18 @@ TEST(ServerShutdown, CallsInFlightFinishAndNewCallsAreRefused) {
   req.set_model("demo-mha");
   std::atomic<int> ok{0};
   std::vector<std::thread> callers;
+  std::vector<std::string> failures(3);  // caller i's status when it failed
   for (int i = 0; i < 3; ++i) {
-    callers.emplace_back([&] {
+    callers.emplace_back([&, i] {
       client::AttentionClient c(client::Connect(target));
       AttentionResponse resp;
-      if (c.MultiHeadAttention(req, &resp, std::chrono::seconds(60)).ok()) ++ok;
+      const auto st = c.MultiHeadAttention(req, &resp, std::chrono::seconds(60));
+      if (st.ok()) {
+        ++ok;
+      } else {
+        failures[static_cast<size_t>(i)] =
+            std::to_string(static_cast<int>(st.error_code())) + " " + st.error_message();
+      }
     });
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
@@ -756,7 +763,8 @@ TEST(ServerShutdown, CallsInFlightFinishAndNewCallsAreRefused) {
   cpus.Release(cpus.cpus());
   stopper.join();
   for (auto& t : callers) t.join();
-  EXPECT_EQ(ok.load(), 3) << "a call in flight failed during shutdown";
+  EXPECT_EQ(ok.load(), 3) << "a call in flight failed during shutdown: [" << failures[0] << "] ["
+                          << failures[1] << "] [" << failures[2] << "]";
 }
 
 // SDPA over [1, 8, L, 64]: long enough to hold the CPUs for a while.
