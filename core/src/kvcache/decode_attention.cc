@@ -76,7 +76,7 @@ Scratch& ThreadScratch() {
 // One page of kv head g: keys [a, b) of the page at tokens [j0, j0 + T).
 struct PageSpan {
   const uint8_t* base;
-  const uint8_t *knext, *vnext;  // the same places in the page read next (or null)
+  const uint8_t *knext, *vnext;  // the same places in the page to prefetch (or null)
   int64_t g, j0, a, b;
   bool whole;  // every row sees every key of [a, b)
 };
@@ -252,9 +252,9 @@ void RunTask(const SoftmaxKernels& sk, const Task& task, Scratch& sc) {
   const int64_t lo_u = *std::min_element(sc.lo.begin(), sc.lo.end());
   const int64_t hi_u = *std::max_element(sc.hi.begin(), sc.hi.end());
   const bool fast = InRegisterTier() && d % 8 == 0 && dv % 8 == 0;
-  // How far ahead the loops prefetch, in pages in the order read: a
-  // quantized cache's two, a float cache's one (measured, as
-  // docs/performance.md says).
+  // How far ahead the loops prefetch, in pages in the order read: two for
+  // quantized keys, one for float keys (measured, as docs/performance.md
+  // says).
   const int64_t ahead = p.key.codec->scaled || p.key.codec->blocked ? 2 : 1;
   for (int64_t pg = task.p0; pg < task.p1; ++pg) {
     const int64_t j0 = pg * T;
@@ -266,8 +266,7 @@ void RunTask(const SoftmaxKernels& sk, const Task& task, Scratch& sc) {
       PageSpan sp{p.pages[g * p.pages_per_head + pg], nullptr, nullptr, g, j0, a, b, whole};
       // The same offsets in the page read `ahead` pages later, to
       // prefetch: a later head's of this page, or one of the next page.
-      int64_t ng = g + ahead, npg = pg;
-      for (; ng >= p.hkv; ng -= p.hkv) ++npg;
+      const int64_t ng = (g + ahead) % p.hkv, npg = pg + (g + ahead) / p.hkv;
       if (npg < task.p1 && npg * T < std::min(p.tokens, hi_u)) {
         const uint8_t* nb = p.pages[ng * p.pages_per_head + npg];
         const int64_t off = std::max<int64_t>(0, lo_u - npg * T);

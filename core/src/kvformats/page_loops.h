@@ -2,10 +2,10 @@
 // over a page's codes, widened to float32 as they are loaded by a Load
 // policy (`L::T` the stored element, `L::Load(p)` eight of them as an
 // __m256), never staged. A format's file (format_*.cc) instantiates them
-// with its Load. The next page is prefetched a token at a time while this
-// one is used: a kv head's pages lie apart in the pool, where the
-// hardware's stream prefetcher would stop at each page's edge. Internal to
-// core.
+// with its Load. A later page (the caller's `next`) is prefetched a token
+// at a time while this one is used: a kv head's pages lie apart in the
+// pool, where the hardware's stream prefetcher would stop at each page's
+// edge. Internal to core.
 #pragma once
 
 #include <algorithm>
