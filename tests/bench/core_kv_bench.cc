@@ -2,7 +2,7 @@
 // cache (format 0: bf16, 1: int8 keys and values, 2: fp8 e4m3 keys and
 // values, 3: int4) against BM_MemoryRead (a plain read of 1 GiB with the compute
 // threads, the in-run bandwidth reference), and a prefill chunk into a
-// session (bf16 or int8) against the stateless SDPA of the same shape.
+// session (each format) against the stateless SDPA of the same shape.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -194,6 +194,8 @@ BENCHMARK(BM_KvDecode)
 BENCHMARK(BM_KvPrefill)
     ->Args({0, 0})
     ->Args({0, 1})
+    ->Args({0, 2})
+    ->Args({0, 3})
     ->Args({1, 0})
     ->ArgNames({"stateless", "format"})
     ->UseRealTime()

@@ -57,38 +57,140 @@ struct Load512Fp8 {
 };
 
 // The e4m3 code nearest to y (ties to the even code), saturating at 448,
-// from y's bits: no library call per value.
+// from y's bits: no branch and no library call per value. |y| in [2^-6,
+// 448): adding 2^48 - 1 and the kept mantissa's last bit to |y|'s bits
+// rounds its 52 mantissa bits to 3, half to even (a carry moves the
+// exponent up), and bits 49 and up are then the biased exponent and the 3
+// bits: the code is those less (1023 - 7) << 3. Below 2^-6 it is 0 or 2^-6
+// (0x08), whichever is nearer, 2^-6 on the tie; from 448 on, 0x7E. The
+// vector encoders below take the same steps on 8 (AVX-512) or 4 (AVX2)
+// values a vector, and so write the same codes.
+constexpr uint64_t kAbsBits = ~(uint64_t{1} << 63);
+constexpr uint64_t kBits2m7 = uint64_t{1023 - 7} << 52;                          // 2^-7
+constexpr uint64_t kBits2m6 = uint64_t{1023 - 6} << 52;                          // 2^-6
+constexpr uint64_t kBits448 = (uint64_t{1023 + 8} << 52) | (uint64_t{3} << 50);  // 1.75 * 2^8
+constexpr uint64_t kCodeBias = uint64_t{1023 - 7} << 3;
+
 uint8_t E4m3Code(double y) {
   uint64_t bits;
   std::memcpy(&bits, &y, 8);
-  const uint8_t sign = (bits >> 63) ? 0x80 : 0x00;
-  bits &= ~(uint64_t{1} << 63);
-  double a;
-  std::memcpy(&a, &bits, 8);
-  if (a >= 448.0) return sign | 0x7E;
-  if (a < 0x1p-6) return sign | (a >= 0x1p-7 ? 0x08 : 0x00);  // no subnormal codes
-  // a = 1.f * 2^e with e in [-6, 8]: keep 3 bits of f, rounding the other
-  // 49 half to even.
-  int e = static_cast<int>(bits >> 52) - 1023;
-  const uint64_t frac = bits & ((uint64_t{1} << 52) - 1);
-  uint64_t m = frac >> 49;
-  const uint64_t rest = frac & ((uint64_t{1} << 49) - 1), half = uint64_t{1} << 48;
-  if (rest > half || (rest == half && (m & 1))) ++m;
-  if (m == 8) m = 0, ++e;
-  const int code = std::min(((e + 7) << 3) | static_cast<int>(m), 0x7E);
-  return static_cast<uint8_t>(sign | code);
+  const uint64_t a = bits & kAbsBits;
+  const uint64_t rounded = a + ((uint64_t{1} << 48) - 1) + ((a >> 49) & 1);
+  uint64_t code = std::min<uint64_t>((rounded >> 49) - kCodeBias, 0x7E);
+  if (a < kBits2m6) code = a >= kBits2m7 ? 0x08 : 0x00;  // no subnormal codes
+  if (a >= kBits448) code = 0x7E;
+  return static_cast<uint8_t>(code | ((bits >> 56) & 0x80));
+}
+
+// max |src[x]| over x < dim, as the scalar loop takes it (max is exact, so
+// the order does not matter).
+ATTN_AVX512 float AbsMax512(const float* src, int64_t dim) {
+  __m512 m = _mm512_setzero_ps();
+  for (int64_t x = 0; x < dim; x += 16) {
+    m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_maskz_loadu_ps(Lanes16(dim - x), src + x)));
+  }
+  return _mm512_reduce_max_ps(m);
+}
+
+// src[x] / scale in float64 to codes, 8 values a vector; the tail as
+// E4m3Code.
+ATTN_AVX512 void Codes512(const float* src, int64_t dim, double scale, uint8_t* row) {
+  const __m512d sc = _mm512_set1_pd(scale);
+  const __m512i abs_bits = _mm512_set1_epi64(static_cast<int64_t>(kAbsBits));
+  const __m512i half_less_1 = _mm512_set1_epi64((int64_t{1} << 48) - 1);
+  const __m512i one = _mm512_set1_epi64(1), bias = _mm512_set1_epi64(kCodeBias);
+  const __m512i top = _mm512_set1_epi64(0x7E), sign = _mm512_set1_epi64(0x80);
+  const __m512i tiny = _mm512_set1_epi64(static_cast<int64_t>(kBits2m7));
+  const __m512i small = _mm512_set1_epi64(static_cast<int64_t>(kBits2m6));
+  const __m512i big = _mm512_set1_epi64(static_cast<int64_t>(kBits448));
+  int64_t x = 0;
+  for (; x + 8 <= dim; x += 8) {
+    const __m512i bits =
+        _mm512_castpd_si512(_mm512_div_pd(_mm512_cvtps_pd(_mm256_loadu_ps(src + x)), sc));
+    const __m512i a = _mm512_and_si512(bits, abs_bits);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi64(a, 49), one);
+    const __m512i rounded = _mm512_add_epi64(_mm512_add_epi64(a, half_less_1), lsb);
+    __m512i code = _mm512_min_epu64(_mm512_sub_epi64(_mm512_srli_epi64(rounded, 49), bias), top);
+    const __mmask8 below = _mm512_cmplt_epu64_mask(a, small);
+    code = _mm512_mask_mov_epi64(
+        code, below,
+        _mm512_maskz_mov_epi64(_mm512_cmpge_epu64_mask(a, tiny), _mm512_set1_epi64(0x08)));
+    code = _mm512_mask_mov_epi64(code, _mm512_cmpge_epu64_mask(a, big), top);
+    code = _mm512_or_si512(code, _mm512_and_si512(_mm512_srli_epi64(bits, 56), sign));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(row + x), _mm512_cvtepi64_epi8(code));
+  }
+  for (; x < dim; ++x) row[x] = E4m3Code(static_cast<double>(src[x]) / scale);
+}
+
+ATTN_AVX2 float AbsMax256(const float* src, int64_t dim) {
+  const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  __m256 m = _mm256_setzero_ps();
+  int64_t x = 0;
+  for (; x + 8 <= dim; x += 8) m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(src + x), abs));
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  float amax = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+  for (; x < dim; ++x) amax = std::max(amax, std::fabs(src[x]));
+  return amax;
+}
+
+// Codes512's steps on 4 values a vector (unsigned 64-bit compares as signed
+// ones: every |y|'s bits are below 2^63).
+ATTN_AVX2 void Codes256(const float* src, int64_t dim, double scale, uint8_t* row) {
+  const __m256d sc = _mm256_set1_pd(scale);
+  const __m256i abs_bits = _mm256_set1_epi64x(static_cast<int64_t>(kAbsBits));
+  const __m256i half_less_1 = _mm256_set1_epi64x((int64_t{1} << 48) - 1);
+  const __m256i one = _mm256_set1_epi64x(1), bias = _mm256_set1_epi64x(kCodeBias);
+  const __m256i top = _mm256_set1_epi64x(0x7E), sign = _mm256_set1_epi64x(0x80);
+  const __m256i eight = _mm256_set1_epi64x(0x08);
+  // a >= t as a > t - 1.
+  const __m256i tiny_less_1 = _mm256_set1_epi64x(static_cast<int64_t>(kBits2m7 - 1));
+  const __m256i small_less_1 = _mm256_set1_epi64x(static_cast<int64_t>(kBits2m6 - 1));
+  const __m256i big_less_1 = _mm256_set1_epi64x(static_cast<int64_t>(kBits448 - 1));
+  int64_t x = 0;
+  for (; x + 4 <= dim; x += 4) {
+    const __m256i bits =
+        _mm256_castpd_si256(_mm256_div_pd(_mm256_cvtps_pd(_mm_loadu_ps(src + x)), sc));
+    const __m256i a = _mm256_and_si256(bits, abs_bits);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi64(a, 49), one);
+    const __m256i rounded = _mm256_add_epi64(_mm256_add_epi64(a, half_less_1), lsb);
+    __m256i code = _mm256_sub_epi64(_mm256_srli_epi64(rounded, 49), bias);
+    code = _mm256_blendv_epi8(code, top, _mm256_cmpgt_epi64(code, top));
+    const __m256i low = _mm256_and_si256(eight, _mm256_cmpgt_epi64(a, tiny_less_1));
+    code = _mm256_blendv_epi8(low, code, _mm256_cmpgt_epi64(a, small_less_1));
+    code = _mm256_blendv_epi8(code, top, _mm256_cmpgt_epi64(a, big_less_1));
+    code = _mm256_or_si256(code, _mm256_and_si256(_mm256_srli_epi64(bits, 56), sign));
+    // The low byte of each 64-bit lane, four bytes.
+    const __m128i lo = _mm256_castsi256_si128(code), hi = _mm256_extracti128_si256(code, 1);
+    const __m128i dw = _mm_unpacklo_epi64(_mm_shuffle_epi32(lo, 0x08), _mm_shuffle_epi32(hi, 0x08));
+    const int32_t four = _mm_cvtsi128_si32(_mm_packus_epi16(_mm_packus_epi32(dw, dw), dw));
+    std::memcpy(row + x, &four, 4);
+  }
+  for (; x < dim; ++x) row[x] = E4m3Code(static_cast<double>(src[x]) / scale);
 }
 
 float EncodeFp8(const float* src, int64_t dim, uint8_t* row) {
+  static const IsaTier tier = KernelTier();
   float amax = 0.0f;
-  for (int64_t x = 0; x < dim; ++x) amax = std::max(amax, std::fabs(src[x]));
+  if (tier >= IsaTier::kAvx512) {
+    amax = AbsMax512(src, dim);
+  } else if (tier >= IsaTier::kAvx2) {
+    amax = AbsMax256(src, dim);
+  } else {
+    for (int64_t x = 0; x < dim; ++x) amax = std::max(amax, std::fabs(src[x]));
+  }
   const float scale = amax / 448.0f;
   if (scale == 0.0f) {
     std::memset(row, 0, static_cast<size_t>(dim));
     return 0.0f;
   }
-  for (int64_t x = 0; x < dim; ++x) {
-    row[x] = E4m3Code(static_cast<double>(src[x]) / static_cast<double>(scale));
+  const double sc = static_cast<double>(scale);
+  if (tier >= IsaTier::kAvx512) {
+    Codes512(src, dim, sc, row);
+  } else if (tier >= IsaTier::kAvx2) {
+    Codes256(src, dim, sc, row);
+  } else {
+    for (int64_t x = 0; x < dim; ++x) row[x] = E4m3Code(static_cast<double>(src[x]) / sc);
   }
   return scale * 256.0f;
 }

@@ -91,10 +91,19 @@ TEST(PageCodecs, Fp8CodesAreTheNearestE4m3Exactly) {
     ties.push_back(static_cast<float>((E4m3Value(c) + E4m3Value(c + 1)) / 2));
     ties.push_back(-ties.back());
   }
+  // The encoder's thresholds and their float neighbours: 2^-7 (0 or 2^-6
+  // below it), 2^-6 (the smallest normal code), 448 (saturation).
+  for (float t : {0x1p-7f, 0x1p-6f, 448.0f}) {
+    for (float x : {std::nextafter(t, 0.0f), t, std::nextafter(t, 1000.0f)}) {
+      if (x > 448.0f) continue;  // 448 is the row's largest
+      ties.push_back(x);
+      ties.push_back(-x);
+    }
+  }
   std::vector<uint8_t> tie_codes(ties.size());
   ASSERT_EQ(fp8.encode(ties.data(), static_cast<int64_t>(ties.size()), tie_codes.data()), 256.0f);
   ASSERT_EQ(tie_codes, ModelFp8(ties).codes);
-  for (size_t i = 1; i < ties.size(); ++i) ASSERT_EQ(tie_codes[i] % 2, 0) << ties[i];
+  for (size_t i = 1; i < 1 + 2 * 0x7E; ++i) ASSERT_EQ(tie_codes[i] % 2, 0) << ties[i];
   // Every code widens to its value (times 2^-8): subnormals, 448, both signs.
   const PageCodec& c = CodecOf(PageFormat::kFp8E4M3);
   for (int b = 0; b < 256; ++b) {
