@@ -43,8 +43,9 @@ bool SameBlockedKey(const KvSession& s, const KvLayer& layer, const PagePool& po
                     int64_t pos, const float* x, int64_t stride);
 
 // Writes each step's keys and values into its pages (plan.table), rounded
-// to the cache's type (a replay's are already there).
-void WriteSteps(const std::vector<StepPlan>& plans, PagePool* pool);
+// to the cache's type (a replay's are already there); a large write on
+// `num_threads` threads (0: ComputeThreads()), a kv head at a time.
+void WriteSteps(const std::vector<StepPlan>& plans, PagePool* pool, int num_threads);
 
 // Attends each step's queries over its layer's pages (plan.table, `after`
 // tokens). results[i] gets output [Hq, n, Dv] (+ lse [Hq, n]).

@@ -2,16 +2,27 @@
 // the decode kernel (kernels/decode_attention.h), reading the pages in
 // place; prefill chunks on the blocked kernel over the layer's keys and
 // values gathered (widened) once, bottom-right aligned.
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <utility>
 
+#include "attn/threading.h"
 #include "kvcache/decode_attention.h"
 #include "kvcache/extend_plan.h"
 
 namespace attn::internal {
 namespace {
+
+// Token rows (of every kv head) from which a step's writes and a prefill's
+// gather of its layer run on the compute team, a kv head at a time: below,
+// the team's start costs about what it saves.
+constexpr int64_t kParallelTokens = 1024;
+
+int ThreadsOf(int num_threads) { return num_threads > 0 ? num_threads : ComputeThreads(); }
 
 void AllocateResult(const StepPlan& p, bool lse, AttentionResult* r) {
   const KvSessionSpec& s = p.session->spec;
@@ -28,7 +39,11 @@ Status AttendGathered(const StepPlan& p, const KvExtendOptions& o, PagePool* poo
   const int64_t tpp = s.tokens_per_page, L = p.after;
   Tensor k = Tensor::Uninitialized({1, hkv, L, d}), v = Tensor::Uninitialized({1, hkv, L, dv});
   const int64_t fill = s.layout.block_tokens > 0 ? p.held - p.held % s.layout.block_tokens : L;
-  for (int64_t g = 0; g < hkv; ++g) {  // as stored: quantized sides' values dequantized
+  // As stored (quantized sides' values dequantized), a kv head a thread.
+  const int team = static_cast<int>(
+      std::min<int64_t>(hkv, L * hkv >= kParallelTokens ? ThreadsOf(o.num_threads) : 1));
+#pragma omp parallel for num_threads(team) schedule(static) if (team > 1)
+  for (int64_t g = 0; g < hkv; ++g) {
     for (int64_t j0 = 0; j0 < L; j0 += tpp) {
       const int64_t c = std::min(tpp, L - j0);
       const uint8_t* page = pool->Data(p.table[static_cast<size_t>(j0 / tpp * hkv + g)]);
@@ -113,29 +128,43 @@ bool StoredEquals(const StepPlan& p, const KvLayer& layer, int64_t at, const Pag
   return true;
 }
 
-void WriteSteps(const std::vector<StepPlan>& plans, PagePool* pool) {
-  std::vector<float> tmp;
+void WriteSteps(const std::vector<StepPlan>& plans, PagePool* pool, int num_threads) {
+  // Blocked keys a step at a time (their blocks and staging), then every
+  // (step, kv head)'s rows, each into its own page slots.
+  std::vector<std::pair<const StepPlan*, int64_t>> heads;
+  int64_t rows = 0, width = 0;
   for (const StepPlan& p : plans) {
     if (p.nkv == 0 || p.replay) continue;
     const KvSession& s = *p.session;
+    if (s.layout.block_tokens > 0) WriteBlockedKeys(p, pool);
+    for (int64_t g = 0; g < s.spec.num_kv_heads; ++g) heads.emplace_back(&p, g);
+    rows += p.nkv * s.spec.num_kv_heads;
+    width = std::max({width, s.spec.head_dim, s.spec.value_dim});
+  }
+  const int64_t n = static_cast<int64_t>(heads.size());
+  const int team =
+      static_cast<int>(std::min<int64_t>(n, rows >= kParallelTokens ? ThreadsOf(num_threads) : 1));
+  std::vector<float> scratch(static_cast<size_t>(std::max(team, 1) * width));  // a row a thread
+#pragma omp parallel for num_threads(team) schedule(dynamic, 1) if (team > 1)
+  for (int64_t h = 0; h < n; ++h) {
+    const StepPlan& p = *heads[static_cast<size_t>(h)].first;
+    const int64_t g = heads[static_cast<size_t>(h)].second;
+    const KvSession& s = *p.session;
     const int64_t hkv = s.spec.num_kv_heads, d = s.spec.head_dim, dv = s.spec.value_dim;
     const int64_t tpp = s.tokens_per_page;
-    tmp.resize(static_cast<size_t>(std::max(d, dv)));
+    float* tmp = scratch.data() + (team > 1 ? omp_get_thread_num() : 0) * width;
     const TensorView& k = *p.step->key;
     const TensorView& v = *p.step->value;
     const bool blocked = s.layout.block_tokens > 0;
-    if (blocked) WriteBlockedKeys(p, pool);
-    for (int64_t g = 0; g < hkv; ++g) {
-      for (int64_t i = 0; i < p.nkv; ++i) {
-        const int64_t pos = p.before + i, slot = pos % tpp;
-        uint8_t* page = pool->Data(p.table[static_cast<size_t>(pos / tpp * hkv + g)]);
-        if (!blocked) {
-          EncodeToken(s.layout.key, k.f32() + g * k.stride(0) + i * k.stride(1), k.stride(2), d,
-                      tmp.data(), page, slot);
-        }
-        EncodeToken(s.layout.value, v.f32() + g * v.stride(0) + i * v.stride(1), v.stride(2), dv,
-                    tmp.data(), page, slot);
+    for (int64_t i = 0; i < p.nkv; ++i) {
+      const int64_t pos = p.before + i, slot = pos % tpp;
+      uint8_t* page = pool->Data(p.table[static_cast<size_t>(pos / tpp * hkv + g)]);
+      if (!blocked) {
+        EncodeToken(s.layout.key, k.f32() + g * k.stride(0) + i * k.stride(1), k.stride(2), d, tmp,
+                    page, slot);
       }
+      EncodeToken(s.layout.value, v.f32() + g * v.stride(0) + i * v.stride(1), v.stride(2), dv, tmp,
+                  page, slot);
     }
   }
 }

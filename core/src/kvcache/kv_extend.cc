@@ -405,7 +405,7 @@ StatusOr<KvExtendResult> KvCacheStore::Extend(int64_t layer, const std::vector<K
   KvExtendResult out;
   Status st = GuardExceptions("extend", [&]() -> Status {
     ATTN_RETURN_IF_ERROR(Reserve(layer, plans, *impl_));
-    internal::WriteSteps(plans, pool);
+    internal::WriteSteps(plans, pool, options.num_threads);
     ATTN_RETURN_IF_ERROR(internal::AttendSteps(plans, options, pool, &out.results));
     if (options.before_commit) options.before_commit();
     // The last moment a caller who gave up can be told "nothing happened":

@@ -143,9 +143,10 @@ double RelRms(const float* out, const std::vector<double>& want) {
 // Extends s by st, checks the answer against the replay of what the cache
 // stores (tight) and returns its relative RMS error against the unquantized
 // inputs.
-double ExtendAndCheck(KvCacheStore& store, Session& s, const Step& st) {
+double ExtendAndCheck(KvCacheStore& store, Session& s, const Step& st, int threads = 0) {
   KvExtendOptions o;
   o.score.return_lse = true;
+  o.num_threads = threads;
   auto r = store.Extend(0, {View(s, st)}, o);
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   if (!r.ok()) return 1e9;
@@ -190,6 +191,17 @@ TEST_P(Quantized, PrefillChunksAndDecodeSeeWhatTheCacheStores) {
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->spec.key_format, GetParam().key);
   EXPECT_EQ(info->spec.value_format, GetParam().value);
+}
+
+// Steps of 1200 token rows (300 tokens, 4 kv heads): written into their
+// pages and, for the prefill, gathered back on a team of two threads, a kv
+// head at a time (kv_attend.cc); every head's answers against the replay,
+// then a decode step and a second large step over them.
+TEST_P(Quantized, LargeStepsAreWrittenAndGatheredOnTheTeam) {
+  KvCacheStore store(Pool());
+  std::mt19937 rng(8);
+  Session s = Open(store, "big", GetParam(), 8, 4);
+  for (int64_t n : {300, 1, 300}) ExtendAndCheck(store, s, MakeStep(s, n, n, rng), 2);
 }
 
 TEST_P(Quantized, ForkTruncateMidPageAndCopyOnWrite) {
