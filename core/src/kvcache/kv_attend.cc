@@ -142,9 +142,10 @@ void WriteSteps(const std::vector<StepPlan>& plans, PagePool* pool, int num_thre
     width = std::max({width, s.spec.head_dim, s.spec.value_dim});
   }
   const int64_t n = static_cast<int64_t>(heads.size());
+  if (n == 0) return;  // only replays, or no new tokens
   const int team =
       static_cast<int>(std::min<int64_t>(n, rows >= kParallelTokens ? ThreadsOf(num_threads) : 1));
-  std::vector<float> scratch(static_cast<size_t>(std::max(team, 1) * width));  // a row a thread
+  std::vector<float> scratch(static_cast<size_t>(team * width));  // a row a thread
 #pragma omp parallel for num_threads(team) schedule(dynamic, 1) if (team > 1)
   for (int64_t h = 0; h < n; ++h) {
     const StepPlan& p = *heads[static_cast<size_t>(h)].first;
