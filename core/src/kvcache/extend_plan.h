@@ -33,10 +33,12 @@ struct StepPlan {
 // codes); the layer holds `tokens` in `pages` (and `stage`).
 bool StoredEquals(const StepPlan& p, const KvLayer& layer, int64_t at, const PagePool& pool);
 
-// Blocked keys (kv_stage.cc): a step's keys written through the block
-// being filled, each block quantized into its page when it fills, the
-// block left being filled staged on p.stage.
-void WriteBlockedKeys(const StepPlan& p, PagePool* pool);
+// Blocked keys (kv_stage.cc): kv head g's keys of a step written through
+// the block being filled, each block quantized into its page when it
+// fills, the block left being filled staged on p.stage. `scratch` holds
+// at least BlockedKeyScratch(p) floats.
+int64_t BlockedKeyScratch(const StepPlan& p);
+void WriteBlockedKeys(const StepPlan& p, PagePool* pool, int64_t g, float* scratch);
 // Whether key token `pos` of kv head g (a row of `dim`, stride `stride`)
 // is what a layer of `tokens` holds there (staged, or its block's codes).
 bool SameBlockedKey(const KvSession& s, const KvLayer& layer, const PagePool& pool, int64_t g,

@@ -129,17 +129,17 @@ bool StoredEquals(const StepPlan& p, const KvLayer& layer, int64_t at, const Pag
 }
 
 void WriteSteps(const std::vector<StepPlan>& plans, PagePool* pool, int num_threads) {
-  // Blocked keys a step at a time (their blocks and staging), then every
-  // (step, kv head)'s rows, each into its own page slots.
+  // Every (step, kv head)'s rows, each into its own page slots (blocked
+  // keys: its blocks and its staging page).
   std::vector<std::pair<const StepPlan*, int64_t>> heads;
   int64_t rows = 0, width = 0;
   for (const StepPlan& p : plans) {
     if (p.nkv == 0 || p.replay) continue;
     const KvSession& s = *p.session;
-    if (s.layout.block_tokens > 0) WriteBlockedKeys(p, pool);
     for (int64_t g = 0; g < s.spec.num_kv_heads; ++g) heads.emplace_back(&p, g);
     rows += p.nkv * s.spec.num_kv_heads;
     width = std::max({width, s.spec.head_dim, s.spec.value_dim});
+    if (s.layout.block_tokens > 0) width = std::max(width, BlockedKeyScratch(p));
   }
   const int64_t n = static_cast<int64_t>(heads.size());
   if (n == 0) return;  // only replays, or no new tokens
@@ -157,6 +157,7 @@ void WriteSteps(const std::vector<StepPlan>& plans, PagePool* pool, int num_thre
     const TensorView& k = *p.step->key;
     const TensorView& v = *p.step->value;
     const bool blocked = s.layout.block_tokens > 0;
+    if (blocked) WriteBlockedKeys(p, pool, g, tmp);
     for (int64_t i = 0; i < p.nkv; ++i) {
       const int64_t pos = p.before + i, slot = pos % tpp;
       uint8_t* page = pool->Data(p.table[static_cast<size_t>(pos / tpp * hkv + g)]);

@@ -11,40 +11,46 @@
 
 namespace attn::internal {
 
-void WriteBlockedKeys(const StepPlan& p, PagePool* pool) {
+int64_t BlockedKeyScratch(const StepPlan& p) {
+  const KvSession& s = *p.session;
+  const int64_t d = s.spec.head_dim;
+  // The block (G rows), a row, and a row's codes in the staging type
+  // (float32 at most: d floats).
+  return (s.layout.block_tokens + 2) * d;
+}
+
+void WriteBlockedKeys(const StepPlan& p, PagePool* pool, int64_t g, float* scratch) {
   const KvSession& s = *p.session;
   const PageLayout& l = s.layout;
   const int64_t hkv = s.spec.num_kv_heads, d = s.spec.head_dim, T = s.tokens_per_page;
   const int64_t G = l.block_tokens;
   const TensorView& k = *p.step->key;
-  std::vector<float> staged(static_cast<size_t>(G * d)), row(static_cast<size_t>(d));
-  std::vector<uint8_t> code(static_cast<size_t>(l.stage.row_bytes));
-  for (int64_t g = 0; g < hkv; ++g) {
-    // The block being filled before the step, from its staging page.
-    const int64_t kept = p.before % G;
-    if (kept > 0) {
-      l.stage.codec->widen(pool->Data(p.stage_before[static_cast<size_t>(g)]), kept, d,
-                           staged.data());
-    }
-    for (int64_t i = 0; i < p.nkv; ++i) {
-      const int64_t pos = p.before + i, slot = pos % G;
-      const float* src = k.f32() + g * k.stride(0) + i * k.stride(1);
-      for (int64_t x = 0; x < d; ++x) row[static_cast<size_t>(x)] = src[x * k.stride(2)];
-      // Kept in the cache's type: rounded as the staging page stores it.
-      l.stage.codec->encode(row.data(), d, code.data());
-      l.stage.codec->widen(code.data(), 1, d, staged.data() + slot * d);
-      if (slot != G - 1) continue;
-      uint8_t* page = pool->Data(p.table[static_cast<size_t>(pos / T * hkv + g)]);
-      const int64_t block = (pos % T) / G;
-      l.key.codec->quantize_block(staged.data(), G, d, l.key.Row(page, block * G),
-                                  l.BlockMeta(page, block, d));
-    }
-    const int64_t left = p.after % G;
-    if (left == 0) continue;
-    uint8_t* stage = pool->Data(p.stage[static_cast<size_t>(g)]);
-    for (int64_t j = 0; j < left; ++j) {
-      l.stage.codec->encode(staged.data() + j * d, d, stage + j * l.stage.row_bytes);
-    }
+  float* staged = scratch;
+  float* row = staged + G * d;
+  auto* code = reinterpret_cast<uint8_t*>(row + d);  // l.stage.row_bytes <= 4 * d
+  // The block being filled before the step, from its staging page.
+  const int64_t kept = p.before % G;
+  if (kept > 0) {
+    l.stage.codec->widen(pool->Data(p.stage_before[static_cast<size_t>(g)]), kept, d, staged);
+  }
+  for (int64_t i = 0; i < p.nkv; ++i) {
+    const int64_t pos = p.before + i, slot = pos % G;
+    const float* src = k.f32() + g * k.stride(0) + i * k.stride(1);
+    for (int64_t x = 0; x < d; ++x) row[x] = src[x * k.stride(2)];
+    // Kept in the cache's type: rounded as the staging page stores it.
+    l.stage.codec->encode(row, d, code);
+    l.stage.codec->widen(code, 1, d, staged + slot * d);
+    if (slot != G - 1) continue;
+    uint8_t* page = pool->Data(p.table[static_cast<size_t>(pos / T * hkv + g)]);
+    const int64_t block = (pos % T) / G;
+    l.key.codec->quantize_block(staged, G, d, l.key.Row(page, block * G),
+                                l.BlockMeta(page, block, d));
+  }
+  const int64_t left = p.after % G;
+  if (left == 0) return;
+  uint8_t* stage = pool->Data(p.stage[static_cast<size_t>(g)]);
+  for (int64_t j = 0; j < left; ++j) {
+    l.stage.codec->encode(staged + j * d, d, stage + j * l.stage.row_bytes);
   }
 }
 
