@@ -2,13 +2,15 @@
 // the decode kernel (kernels/decode_attention.h), reading the pages in
 // place; prefill chunks on the blocked kernel over the layer's keys and
 // values gathered (widened) once, bottom-right aligned.
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <deque>
 #include <utility>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "attn/threading.h"
 #include "kvcache/decode_attention.h"
@@ -23,6 +25,16 @@ namespace {
 constexpr int64_t kParallelTokens = 1024;
 
 int ThreadsOf(int num_threads) { return num_threads > 0 ? num_threads : ComputeThreads(); }
+
+// The calling thread's place in its team (0 in a build without OpenMP,
+// -DATTN_OPENMP=OFF: the fuzzing build).
+int TeamMember() {
+#ifdef _OPENMP
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
 
 void AllocateResult(const StepPlan& p, bool lse, AttentionResult* r) {
   const KvSessionSpec& s = p.session->spec;
@@ -153,7 +165,7 @@ void WriteSteps(const std::vector<StepPlan>& plans, PagePool* pool, int num_thre
     const KvSession& s = *p.session;
     const int64_t hkv = s.spec.num_kv_heads, d = s.spec.head_dim, dv = s.spec.value_dim;
     const int64_t tpp = s.tokens_per_page;
-    float* tmp = scratch.data() + (team > 1 ? omp_get_thread_num() : 0) * width;
+    float* tmp = scratch.data() + (team > 1 ? TeamMember() : 0) * width;
     const TensorView& k = *p.step->key;
     const TensorView& v = *p.step->value;
     const bool blocked = s.layout.block_tokens > 0;
