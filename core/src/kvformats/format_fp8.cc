@@ -82,16 +82,6 @@ uint8_t E4m3Code(double y) {
   return static_cast<uint8_t>(code | ((bits >> 56) & 0x80));
 }
 
-// max |src[x]| over x < dim, as the scalar loop takes it (max is exact, so
-// the order does not matter).
-ATTN_AVX512 float AbsMax512(const float* src, int64_t dim) {
-  __m512 m = _mm512_setzero_ps();
-  for (int64_t x = 0; x < dim; x += 16) {
-    m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_maskz_loadu_ps(Lanes16(dim - x), src + x)));
-  }
-  return _mm512_reduce_max_ps(m);
-}
-
 // src[x] / scale in float64 to codes, 8 values a vector; the tail as
 // E4m3Code.
 ATTN_AVX512 void Codes512(const float* src, int64_t dim, double scale, uint8_t* row) {
@@ -173,7 +163,7 @@ float EncodeFp8(const float* src, int64_t dim, uint8_t* row) {
   static const IsaTier tier = KernelTier();
   float amax = 0.0f;
   if (tier >= IsaTier::kAvx512) {
-    amax = AbsMax512(src, dim);
+    amax = AbsMax512(src, dim);  // page_loops_avx512.h; max is exact, so any order
   } else if (tier >= IsaTier::kAvx2) {
     amax = AbsMax256(src, dim);
   } else {

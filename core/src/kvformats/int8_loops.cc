@@ -285,11 +285,7 @@ ATTN_I8_512 void RoundWeights(const float* p, int64_t rows, int64_t ldp, int64_t
   scale->resize(static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r) {
     const float* pr = p + r * ldp;
-    __m512 m = _mm512_setzero_ps();
-    for (int64_t j = 0; j < c; j += 16) {
-      m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_maskz_loadu_ps(Lanes16(c - j), pr + j)));
-    }
-    const float amax = _mm512_reduce_max_ps(m);
+    const float amax = AbsMax512(pr, c);
     const __m512 inv = _mm512_set1_ps(amax > 0.0f ? 32767.0f / amax : 0.0f);
     (*scale)[static_cast<size_t>(r)] = amax / 32767.0f;
     int16_t* dst = w16->data() + r * 2 * np;  // read as int32 pairs: j low, j + 1 high

@@ -138,16 +138,22 @@ struct Pairs<L, std::void_t<decltype(L::kEvenOdd)>> {
 
 constexpr int64_t kQuadMaxD = 512;
 
+// max |x[i]| over i < n (0 for n == 0), the tail masked. (Its target is a
+// subset of every caller's, so that it inlines.)
+ATTN_AVX512 inline float AbsMax512(const float* x, int64_t n) {
+  __m512 m = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_maskz_loadu_ps(Lanes16(n - i), x + i)));
+  }
+  return _mm512_reduce_max_ps(m);
+}
+
 // The power of two that brings the largest magnitude of x[0, n) to
 // [2^100, 2^101), as an exponent e (0 for zeros or a non-finite element).
 // Rows scaled so meet a loader's tiny values (kUnit != 1: fp8's codes at
 // 2^-120 times their values) without products in float32's subnormals.
 ATTN_DECODE512 inline int ShiftFor(const float* x, int64_t n) {
-  __m512 m = _mm512_setzero_ps();
-  for (int64_t i = 0; i < n; i += 16) {
-    m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_maskz_loadu_ps(Lanes16(n - i), x + i)));
-  }
-  const float amax = _mm512_reduce_max_ps(m);
+  const float amax = AbsMax512(x, n);
   if (!(amax > 0.0f) || !std::isfinite(amax)) return 0;
   uint32_t bits;
   std::memcpy(&bits, &amax, 4);
