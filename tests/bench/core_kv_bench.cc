@@ -1,11 +1,13 @@
 // attention-core-bench's KV-cache rows: the decode kernel over a resident
 // cache (format 0: bf16, 1: int8 keys and values, 2: fp8 e4m3 keys and
 // values, 3: int4) against BM_MemoryRead (a plain read of 1 GiB with the compute
-// threads, the in-run bandwidth reference), and a prefill chunk into a
+// threads, the in-run bandwidth reference) and against the same read taken
+// right around each row (probe_GBps), and a prefill chunk into a
 // session (each format) against the stateless SDPA of the same shape.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -25,38 +27,67 @@ std::vector<float> Normal(size_t n, unsigned seed) {
   return v;
 }
 
-// Sums a buffer in 64-bit words on ComputeThreads() threads: bytes/s of a
-// plain read, the figure the decode rows are held against.
-void BM_MemoryRead(benchmark::State& state) {
-  const size_t bytes = size_t{1} << 30, words = bytes / 8;
-  std::vector<uint64_t> buf(words);
-  for (size_t i = 0; i < words; i += 512) buf[i] = i;  // touch every page
-  std::memset(buf.data(), 1, bytes);
+// Sums buf's words on ComputeThreads() threads, each a contiguous share
+// (a plain read: the figure the decode rows are held against).
+uint64_t ReadOnTeam(const std::vector<uint64_t>& buf) {
+  const size_t words = buf.size();
   const int threads = attn::ComputeThreads();
-  uint64_t sink = 0;
-  for (auto _ : state) {
-    std::vector<uint64_t> part(static_cast<size_t>(threads), 0);
-    std::vector<std::thread> team;
-    for (int t = 0; t < threads; ++t) {
-      team.emplace_back([&, t] {
-        const size_t lo = words * t / threads, hi = words * (t + 1) / threads;
-        uint64_t a = 0, b = 0, c = 0, d = 0;
-        for (size_t i = lo; i + 4 <= hi; i += 4) {
-          a += buf[i];
-          b += buf[i + 1];
-          c += buf[i + 2];
-          d += buf[i + 3];
-        }
-        part[static_cast<size_t>(t)] = a + b + c + d;
-      });
-    }
-    for (auto& th : team) th.join();
-    for (uint64_t p : part) sink += p;
+  std::vector<uint64_t> part(static_cast<size_t>(threads), 0);
+  std::vector<std::thread> team;
+  for (int t = 0; t < threads; ++t) {
+    team.emplace_back([&, t] {
+      const size_t lo = words * t / threads, hi = words * (t + 1) / threads;
+      uint64_t a = 0, b = 0, c = 0, d = 0;
+      for (size_t i = lo; i + 4 <= hi; i += 4) {
+        a += buf[i];
+        b += buf[i + 1];
+        c += buf[i + 2];
+        d += buf[i + 3];
+      }
+      part[static_cast<size_t>(t)] = a + b + c + d;
+    });
   }
+  for (auto& th : team) th.join();
+  uint64_t sum = 0;
+  for (uint64_t p : part) sum += p;
+  return sum;
+}
+
+std::vector<uint64_t> TouchedWords(size_t bytes) {
+  std::vector<uint64_t> buf(bytes / 8);
+  std::memset(buf.data(), 1, bytes);  // every page mapped before a read is timed
+  return buf;
+}
+
+// Sums 1 GiB on the compute threads: bytes/s of a plain read.
+void BM_MemoryRead(benchmark::State& state) {
+  const size_t bytes = size_t{1} << 30;
+  const std::vector<uint64_t> buf = TouchedWords(bytes);
+  uint64_t sink = 0;
+  for (auto _ : state) sink += ReadOnTeam(buf);
   benchmark::DoNotOptimize(sink);
   state.counters["GBps"] = benchmark::Counter(static_cast<double>(bytes) / 1e9,
                                               benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(std::to_string(threads) + " threads");
+  state.SetLabel(std::to_string(attn::ComputeThreads()) + " threads");
+}
+
+// The same read of 256 MiB (eight times the largest L3 here) right before
+// and right after a decode row's timed loop: after one read to warm up
+// (the first read after other work runs 10-30% slower), the rate of four
+// more, the two sides averaged. Neighbours on a shared host move the
+// memory's speed by tens of percent within a minute, so a row is held
+// against the probe of its own seconds (its probe_GBps counter; the
+// summary's "/ adjacent probe") as well as BM_MemoryRead's at the run's
+// start.
+double AdjacentProbeGBps() {
+  static const std::vector<uint64_t> buf = TouchedWords(size_t{256} << 20);
+  uint64_t sink = ReadOnTeam(buf);
+  constexpr int kReads = 4;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < kReads; ++i) sink += ReadOnTeam(buf);
+  const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
+  benchmark::DoNotOptimize(sink);
+  return static_cast<double>(kReads) * static_cast<double>(buf.size() * 8) / 1e9 / dt.count();
 }
 
 constexpr int64_t kHq = 32, kHkv = 8, kD = 128;
@@ -123,6 +154,7 @@ void BM_KvDecode(benchmark::State& state) {
                      attn::TensorView::Dense(knew.data(), {kHkv, 1, kD}),
                      attn::TensorView::Dense(knew.data(), {kHkv, 1, kD}), std::nullopt});
   }
+  const double before = AdjacentProbeGBps();
   for (auto _ : state) {
     auto r = store.Extend(0, steps, {});
     if (!r.ok()) state.SkipWithError(r.status().ToString().c_str());
@@ -130,11 +162,13 @@ void BM_KvDecode(benchmark::State& state) {
     for (const auto& id : ids) (void)store.Truncate("", id, L);
     state.ResumeTiming();
   }
+  const double probe = (before + AdjacentProbeGBps()) / 2.0;
   const double bytes = static_cast<double>(sessions) * static_cast<double>(L + 1) * kHkv *
                        static_cast<double>(store.Get("", ids[0])->token_bytes);
   state.SetLabel(FormatLabel(format));
   state.counters["GBps"] =
       benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["probe_GBps"] = probe;  // a plain number, not a rate
   state.counters["steps_per_s"] = benchmark::Counter(static_cast<double>(sessions),
                                                      benchmark::Counter::kIsIterationInvariantRate);
 }

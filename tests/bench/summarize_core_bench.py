@@ -33,7 +33,8 @@ def load_core(path):
         if "f32_GBps" in b:
             conversions[name] = {"ms": ms, "gbps": rate(b["f32_GBps"]), "label": b.get("label", "")}
         elif "GBps" in b:
-            memory[name] = {"ms": ms, "gbps": rate(b["GBps"]), "steps": b.get("steps_per_s")}
+            memory[name] = {"ms": ms, "gbps": rate(b["GBps"]), "steps": b.get("steps_per_s"),
+                            "probe": b.get("probe_GBps")}
         elif "GFLOPS" in b:
             rows[name] = {"ms": ms, "gflops": rate(b["GFLOPS"])}
     return doc["context"], rows, memory, conversions
@@ -84,13 +85,16 @@ def main():
     if memory:
         probe = memory.get("BM_MemoryRead")
         print("\nMemory-bound rows (bytes read per second; a KV decode row against the in-run "
-              "plain read, BM_MemoryRead):\n")
-        print("| benchmark | ms | GB/s | / read | steps/s |")
-        print("|---|---:|---:|---:|---:|")
+              "plain read, BM_MemoryRead, and against the same read of its own seconds, "
+              "its adjacent probe):\n")
+        print("| benchmark | ms | GB/s | / read | adjacent probe GB/s | / adjacent probe "
+              "| steps/s |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
         for name, r in memory.items():
             ratio = f"{r['gbps'] / probe['gbps']:.2f}" if probe and name != "BM_MemoryRead" else ""
+            near = f"{r['probe']:.1f} | {r['gbps'] / r['probe']:.2f}" if r["probe"] else " | "
             steps = f"{r['steps']:.0f}" if r["steps"] is not None else ""
-            print(f"| {name} | {r['ms']:.3f} | {r['gbps']:.1f} | {ratio} | {steps} |")
+            print(f"| {name} | {r['ms']:.3f} | {r['gbps']:.1f} | {ratio} | {near} | {steps} |")
     if conversions:
         print("\nHalf-precision conversions, one thread, 1M elements (float32 bytes per second):\n")
         print("| benchmark | type | ms | GB/s |")

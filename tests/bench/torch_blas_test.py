@@ -58,7 +58,7 @@ def interleaved_core_bench_json():
                      "real_time": ms, "time_unit": "ms"}, **counters)
     return {"context": {"cpu_model": "test CPU", "num_cpus": 2},
             "benchmarks": [row("BM_KvDecode/sessions:1/L:4096", 5, 2.0, GBps=20.0,
-                               steps_per_s=500.0),
+                               steps_per_s=500.0, probe_GBps=16.0),
                            row("BM_Sdpa/L:2048/causal:0", 1, 30.0, GFLOPS=90.0),
                            row("BM_FloatToHalf/bf16:1", 3, 0.1, f32_GBps=30.0, label="bfloat16"),
                            row("BM_MemoryRead", 4, 40.0, GBps=25.0, label="2 threads"),
@@ -84,9 +84,11 @@ class Summaries(unittest.TestCase):
         out = self.summarize_core(interleaved_core_bench_json())
         self.assertIn("**100 GFLOP/s**", out)
         self.assertIn("| BM_Sdpa/L:2048/causal:0 | 30.000 | 90 | 0.90 |", out)
-        # The decode row against the read probe: 20 / 25.
-        self.assertIn("| BM_KvDecode/sessions:1/L:4096 | 2.000 | 20.0 | 0.80 | 500 |", out)
-        self.assertIn("| BM_MemoryRead | 40.000 | 25.0 |  |  |", out)
+        # The decode row against the read probe, 20 / 25, and against its
+        # adjacent probe, 20 / 16.
+        self.assertIn("| BM_KvDecode/sessions:1/L:4096 | 2.000 | 20.0 | 0.80 | 16.0 | 1.25 | 500 |",
+                      out)
+        self.assertIn("| BM_MemoryRead | 40.000 | 25.0 |  |  |  |  |", out)
         self.assertIn("| BM_FloatToHalf/bf16:1 | bfloat16 | 0.100 | 30.0 |", out)
         # Registration order, not the order the interleaved rows ran in.
         self.assertLess(out.index("BM_MemoryRead"), out.index("BM_KvDecode"))
