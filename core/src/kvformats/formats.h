@@ -21,6 +21,12 @@ const PageCodec& Int4KeysCodec();
 // channel x in a row.
 uint8_t Int4Code(double x, float lo, float scale);
 uint8_t Int4Nibble(const uint8_t* row, int64_t dim, int64_t x);
+// The (scale, min) of each group of c value rows read back (rows rb bytes
+// apart, meta0 the first row's pairs): f [groups][c] the scales, mg
+// [groups][c] each min plus 8 scales, smax[g] group g's largest scale.
+// The AVX-512 tier (for int4_loops.cc's PV).
+void Int4ValueMeta(const uint8_t* meta0, int64_t rb, int64_t c, int64_t groups, float* f, float* mg,
+                   float* smax);
 
 // int8_loops.cc: the decode kernel's loops over int8 codes in integer
 // units: QK against each query row rounded to int16, PV with each row's

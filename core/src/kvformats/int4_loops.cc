@@ -252,79 +252,6 @@ struct RowWeights {
   int64_t cp = 0;
 };
 
-// The tokens' group scales (f, not yet over the page's largest) and
-// minimums plus 8 scales (mg), [group][token], and each group's largest
-// scale (smax), from the (scale, min) pairs at meta + j * rb of token j:
-// sixteen tokens of a group at a time, gathered.
-ATTN_I4 void GatheredMeta(const uint8_t* meta0, int64_t rb, int64_t c, int64_t groups,
-                          RowWeights* out) {
-  const __m512i at =
-      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                         _mm512_set1_epi32(static_cast<int>(rb / 4)));
-  for (int64_t g = 0; g < groups; ++g) {
-    const float* meta = reinterpret_cast<const float*>(meta0 + 8 * g);
-    float *f = out->f.data() + g * c, *mg = out->mg.data() + g * c;
-    __m512 sm = _mm512_setzero_ps();
-    for (int64_t j = 0; j < c; j += 16) {
-      const __mmask16 k = Lanes16(c - j);
-      const float* base = meta + j * (rb / 4);
-      const __m512 sv = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, at, base, 4);
-      const __m512 mv = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, at, base + 1, 4);
-      _mm512_mask_storeu_ps(f + j, k, sv);
-      _mm512_mask_storeu_ps(mg + j, k, _mm512_fmadd_ps(sv, _mm512_set1_ps(8.0f), mv));
-      sm = _mm512_max_ps(sm, sv);
-    }
-    out->smax[static_cast<size_t>(g)] = _mm512_reduce_max_ps(sm);
-  }
-}
-
-// The same for two groups (dv 128, the common case), without gathers:
-// a token's four floats (scale and min of groups 0 and 1) are one 16-byte
-// load, four tokens one vector, and two permutes and a shuffle of 128-bit
-// lanes put sixteen tokens' scales (or minimums) of a group in order. The
-// same values as GatheredMeta, whose gathers took half of this
-// preparation (a tenth of an int4 step at 1 x 32k on a Zen 5).
-ATTN_I4 void TwoGroupsMeta(const uint8_t* meta0, int64_t rb, int64_t c, RowWeights* out) {
-  // Lanes 0-7: the scale of group 0 of tokens 0-7 (four in each operand,
-  // four floats a token), 8-15: their minimum; `second`: group 1's.
-  const __m512i first = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29);
-  const __m512i second = _mm512_add_epi32(first, _mm512_set1_epi32(2));
-  alignas(16) static const float kNone[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  float *f0 = out->f.data(), *f1 = f0 + c, *mg0 = out->mg.data(), *mg1 = mg0 + c;
-  __m512 sm0 = _mm512_setzero_ps(), sm1 = sm0;
-  const __m512 eight = _mm512_set1_ps(8.0f);
-  for (int64_t j = 0; j < c; j += 16) {
-    __m512 z[4];  // tokens j + 4 q .. j + 4 q + 3; past c, zeros
-    for (int q = 0; q < 4; ++q) {
-      const int64_t t0 = j + 4 * q;
-      const auto token = [&](int64_t t) {
-        return _mm_loadu_ps(t < c ? reinterpret_cast<const float*>(meta0 + t * rb) : kNone);
-      };
-      __m512 v = _mm512_castps128_ps512(token(t0));
-      v = _mm512_insertf32x4(v, token(t0 + 1), 1);
-      v = _mm512_insertf32x4(v, token(t0 + 2), 2);
-      z[q] = _mm512_insertf32x4(v, token(t0 + 3), 3);
-    }
-    const __m512 a01 = _mm512_permutex2var_ps(z[0], first, z[1]);   // s0 | m0, tokens 0-7
-    const __m512 b01 = _mm512_permutex2var_ps(z[0], second, z[1]);  // s1 | m1
-    const __m512 a23 = _mm512_permutex2var_ps(z[2], first, z[3]);
-    const __m512 b23 = _mm512_permutex2var_ps(z[2], second, z[3]);
-    const __m512 s0 = _mm512_shuffle_f32x4(a01, a23, 0x44),
-                 m0 = _mm512_shuffle_f32x4(a01, a23, 0xEE);
-    const __m512 s1 = _mm512_shuffle_f32x4(b01, b23, 0x44),
-                 m1 = _mm512_shuffle_f32x4(b01, b23, 0xEE);
-    const __mmask16 k = Lanes16(c - j);
-    _mm512_mask_storeu_ps(f0 + j, k, s0);
-    _mm512_mask_storeu_ps(f1 + j, k, s1);
-    _mm512_mask_storeu_ps(mg0 + j, k, _mm512_fmadd_ps(s0, eight, m0));
-    _mm512_mask_storeu_ps(mg1 + j, k, _mm512_fmadd_ps(s1, eight, m1));
-    sm0 = _mm512_max_ps(sm0, s0);
-    sm1 = _mm512_max_ps(sm1, s1);
-  }
-  out->smax[0] = _mm512_reduce_max_ps(sm0);
-  out->smax[1] = _mm512_reduce_max_ps(sm1);
-}
-
 ATTN_I4 void PrepareWeights(const float* p, int64_t rows, int64_t ldp, const uint8_t* v, int64_t c,
                             int64_t dv, RowWeights* out) {
   const int64_t groups = (dv + kGroup - 1) / kGroup, codes = dv / 2;
@@ -337,11 +264,7 @@ ATTN_I4 void PrepareWeights(const float* p, int64_t rows, int64_t ldp, const uin
   out->mg.resize(static_cast<size_t>(groups * c));
   out->smax.resize(static_cast<size_t>(groups));
   float* smax = out->smax.data();
-  if (groups == 2) {
-    TwoGroupsMeta(v + codes, rb, c, out);
-  } else {
-    GatheredMeta(v + codes, rb, c, groups, out);
-  }
+  Int4ValueMeta(v + codes, rb, c, groups, out->f.data(), out->mg.data(), smax);
   for (int64_t g = 0; g < groups; ++g) {
     float* f = out->f.data() + g * c;
     const __m512 inv = _mm512_set1_ps(smax[g] > 0.0f ? 1.0f / smax[g] : 0.0f);
