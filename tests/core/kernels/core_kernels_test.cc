@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <random>
@@ -285,88 +286,142 @@ TEST(Kernels, FusedDecodePassesMatchTheSeparatePassesAndFloat64) {
 }
 
 // The online softmax's block step (online_block) on every tier, against a
-// float64 model of the same update: rows whose key ranges cut the block at
-// every offset around the vector widths, rows with no key in the block,
-// rows seeing their first keys (alpha 0: O cleared), a running max that
-// rises (O rescaled) or stays, rows that have seen nothing yet, and NaN.
-TEST(Kernels, OnlineBlockMatchesFloat64OnEveryTier) {
+// float64 model of the same update, with P in s and (p16) in bf16: rows
+// whose key ranges cut the block at every offset around the vector widths,
+// rows with no key in the block, rows seeing their first keys (alpha 0: O
+// cleared), a running max that rises (O rescaled) or stays, rows that have
+// seen nothing yet, and NaN. The AVX2 and AVX-512 steps may keep a running
+// max that the block's scores pass by at most its reach (softmax_kernels.h:
+// 1 with P in s, 8 with P written in bf16 by the exp pass), exponentiating
+// against it; the model then
+// takes the step's max. States 3 and 4 are such rows: the block's max 0.5
+// above the running max (kept), and a spike at the range's last key 3
+// above it with the rest at most 0.9 above (kept in bf16; in s the pass
+// stops at the spike and rescales what it wrote).
+constexpr float kReachS = 1.0f, kReachP16 = 8.0f;
+
+void CheckOnlineBlock(const SoftmaxKernels* k, int64_t kn, bool with_p16, int* kept) {
   const float scale = 0.125f;
   std::mt19937 rng(21);
   std::normal_distribution<float> dist(0.0f, 8.0f);
+  const int64_t k0 = 1000, dv = 19;
+  std::vector<int64_t> lo, hi;
+  std::vector<int> state;
+  // Ranges: every start and end around the block (some wholly outside).
+  for (int64_t a = -2; a <= std::min<int64_t>(kn + 1, 40); a += 3) {
+    for (int64_t e : {a - 1, a, a + 1, a + 8, a + 17, kn, kn + 3}) {
+      for (int st = 0; st < 5; ++st) lo.push_back(k0 + a), hi.push_back(k0 + e), state.push_back(st);
+    }
+  }
+  const int64_t rows = static_cast<int64_t>(lo.size());
+  std::vector<float> s(static_cast<size_t>(rows * kn)), o(static_cast<size_t>(rows * dv));
+  std::vector<float> m(static_cast<size_t>(rows)), l(static_cast<size_t>(rows));
+  for (auto& x : s) x = dist(rng);
+  for (auto& x : o) x = dist(rng);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t a = std::clamp<int64_t>(lo[r] - k0, 0, kn);
+    const int64_t e = std::clamp<int64_t>(hi[r] - k0, a, kn);
+    float* row = s.data() + r * kn;
+    float top = -kInf;  // the range's scaled max
+    if (state[r] == 4 && e > a) {  // the rest within 0.9 of the row's max, then the spike
+      for (int64_t j = a; j < e; ++j) row[j] = std::fmod(std::fabs(row[j]), 7.2f);
+      row[e - 1] = 7.2f + 24.0f;
+    }
+    for (int64_t j = a; j < e; ++j) top = std::max(top, row[j] * scale);
+    // 0: nothing seen yet; 1: a running max far below; 2: far above; 3, 4: above.
+    const float m0[] = {-kInf, -40.0f, 40.0f, top - 0.5f, top - 3.0f};
+    m[r] = e > a || state[r] < 3 ? m0[state[r]] : 1.0f;
+    l[r] = state[r] == 0 ? 0.0f : 3.5f;
+  }
+  if (rows > 4 && kn > 3) s[static_cast<size_t>(4 * kn + 2)] = std::nanf("");  // row 4
+  const std::vector<float> s0 = s, o0 = o, m0 = m, l0 = l;
+  std::vector<uint16_t> p16(with_p16 ? s.size() : 0, 0xABCD);  // every element written
+  OnlineBlock blk{s.data(), kn, rows, lo.data(), hi.data(), k0, scale, m.data(), l.data(), o.data(), dv};
+  blk.p16 = with_p16 ? p16.data() : nullptr;
+  k->online_block(blk);
+  const bool lazy_tier = k->tier == IsaTier::kAvx512 || k->tier == IsaTier::kAvx2;
+  const bool exp_to_p16 =
+      with_p16 && k->tier == IsaTier::kAvx512 && Bf16MatrixTier() != Bf16Tier::kNone;
+  const float reach = exp_to_p16 ? kReachP16 : kReachS;
+  for (int64_t r = 0; r < rows; ++r) {
+    SCOPED_TRACE("row " + std::to_string(r) + " state " + std::to_string(state[r]) + " keys [" +
+                 std::to_string(lo[r] - k0) + ", " + std::to_string(hi[r] - k0) + ")");
+    const int64_t a = std::clamp<int64_t>(lo[r] - k0, 0, kn);
+    const int64_t e = std::clamp<int64_t>(hi[r] - k0, a, kn);
+    double blk_max = -INFINITY;
+    bool nan = false;
+    for (int64_t j = a; j < e; ++j) {
+      const double v = static_cast<double>(s0[r * kn + j]) * scale;
+      nan |= std::isnan(v);
+      blk_max = std::fmax(blk_max, v);
+    }
+    if (nan) {
+      EXPECT_TRUE(std::isnan(m[r])) << "a NaN score must make the row NaN";
+      continue;
+    }
+    const double m_max = std::fmax(m0[r], blk_max);
+    auto p_at = [&](int64_t j) -> double {
+      if (!with_p16) return s[r * kn + j];
+      const uint32_t bits = static_cast<uint32_t>(p16[r * kn + j]) << 16;
+      float f;
+      std::memcpy(&f, &bits, 4);
+      return f;
+    };
+    if (m_max == -INFINITY) {  // nothing seen yet: P = 0, the state and O unchanged
+      for (int64_t j = 0; j < kn; ++j) ASSERT_EQ(p_at(j), 0.0) << j;
+      EXPECT_EQ(m[r], -kInf);
+      EXPECT_EQ(l[r], 0.0f);
+      for (int64_t c = 0; c < dv; ++c) ASSERT_EQ(o[r * dv + c], o0[r * dv + c]);
+      continue;
+    }
+    // The max, or (the vector tiers) the running max kept within its reach.
+    const bool keeps = lazy_tier && e > a && m0[r] != -kInf &&
+                       blk_max <= static_cast<double>(m0[r]) + reach;
+    ASSERT_EQ(m[r], keeps ? m0[r] : static_cast<float>(m_max));
+    if (keeps && blk_max > m0[r]) ++*kept;
+    const double m_new = m[r];
+    double sum = 0;
+    for (int64_t j = 0; j < kn; ++j) {
+      if (j < a || j >= e) {
+        ASSERT_EQ(p_at(j), 0.0) << "key " << j << " is outside the row's range";
+        continue;
+      }
+      const double arg = static_cast<double>(s0[r * kn + j]) * scale - m_new;
+      const double want = std::exp(arg);
+      sum += want;
+      if (with_p16) {  // bf16's rounding; below FLT_MIN, 0 is allowed too
+        const double got = p_at(j);
+        if (want < std::numeric_limits<float>::min() && got == 0.0) continue;
+        ASSERT_NEAR(got, want, 0.00391 * want + 1e-37) << j;
+        continue;
+      }
+      // The float argument's rounding (half an ulp of |arg|) on top of exp's 4e-7.
+      ASSERT_NEAR(p_at(j), want, (4e-7 + 1.2e-7 * std::fabs(arg)) * want + 1e-37) << j;
+    }
+    const double shift = m0[r] == -kInf ? 0.0 : static_cast<double>(m0[r]) - m_new;
+    const double alpha = m0[r] == -kInf ? 0.0 : std::exp(shift);
+    const double alpha_tol = 4e-7 + 1.2e-7 * std::fabs(shift);  // as for P above
+    EXPECT_NEAR(l[r], l0[r] * alpha + sum, (2e-6 + alpha_tol) * (l0[r] * alpha + sum));
+    for (int64_t c = 0; c < dv; ++c) {
+      const double want = o0[r * dv + c] * alpha;
+      ASSERT_NEAR(o[r * dv + c], want, (1e-6 + alpha_tol) * std::fabs(want)) << "O col " << c;
+    }
+  }
+}
+
+TEST(Kernels, OnlineBlockMatchesFloat64OnEveryTier) {
   for (const SoftmaxKernels* k : AvailableTiers()) {
     SCOPED_TRACE(IsaTierName(k->tier));
-    for (int64_t kn : {1, 7, 8, 16, 17, 33, 64, 100, 512}) {
-      SCOPED_TRACE("kn=" + std::to_string(kn));
-      const int64_t k0 = 1000, dv = 19;
-      std::vector<int64_t> lo, hi;
-      std::vector<float> m, l;
-      // Ranges: every start and end around the block (some wholly outside).
-      for (int64_t a = -2; a <= std::min<int64_t>(kn + 1, 40); a += 3) {
-        for (int64_t e : {a - 1, a, a + 1, a + 8, a + 17, kn, kn + 3}) {
-          for (int state = 0; state < 3; ++state) {
-            lo.push_back(k0 + a), hi.push_back(k0 + e);
-            // 0: nothing seen yet; 1: a running max far below; 2: far above.
-            m.push_back(state == 0 ? -kInf : state == 1 ? -40.0f : 40.0f);
-            l.push_back(state == 0 ? 0.0f : 3.5f);
-          }
-        }
-      }
-      const int64_t rows = static_cast<int64_t>(lo.size());
-      std::vector<float> s(static_cast<size_t>(rows * kn)), o(static_cast<size_t>(rows * dv));
-      for (auto& x : s) x = dist(rng);
-      for (auto& x : o) x = dist(rng);
-      if (rows > 4 && kn > 3) s[static_cast<size_t>(4 * kn + 2)] = std::nanf("");  // row 4
-      const std::vector<float> s0 = s, o0 = o, m0 = m, l0 = l;
-      k->online_block(
-          {s.data(), kn, rows, lo.data(), hi.data(), k0, scale, m.data(), l.data(), o.data(), dv});
-      for (int64_t r = 0; r < rows; ++r) {
-        SCOPED_TRACE("row " + std::to_string(r) + " keys [" + std::to_string(lo[r] - k0) + ", " +
-                     std::to_string(hi[r] - k0) + ")");
-        const int64_t a = std::clamp<int64_t>(lo[r] - k0, 0, kn);
-        const int64_t e = std::clamp<int64_t>(hi[r] - k0, a, kn);
-        double blk_max = -INFINITY;
-        bool nan = false;
-        for (int64_t j = a; j < e; ++j) {
-          const double v = static_cast<double>(s0[r * kn + j]) * scale;
-          nan |= std::isnan(v);
-          blk_max = std::fmax(blk_max, v);
-        }
-        const float* row = s.data() + r * kn;
-        if (nan) {
-          EXPECT_TRUE(std::isnan(m[r])) << "a NaN score must make the row NaN";
-          continue;
-        }
-        const double m_new = std::fmax(m0[r], blk_max);
-        if (m_new == -INFINITY) {  // nothing seen yet: P = 0, the state and O unchanged
-          for (int64_t j = 0; j < kn; ++j) ASSERT_EQ(row[j], 0.0f) << j;
-          EXPECT_EQ(m[r], -kInf);
-          EXPECT_EQ(l[r], 0.0f);
-          for (int64_t c = 0; c < dv; ++c) ASSERT_EQ(o[r * dv + c], o0[r * dv + c]);
-          continue;
-        }
-        ASSERT_EQ(m[r], static_cast<float>(m_new));
-        double sum = 0;
-        for (int64_t j = 0; j < kn; ++j) {
-          if (j < a || j >= e) {
-            ASSERT_EQ(row[j], 0.0f) << "key " << j << " is outside the row's range";
-            continue;
-          }
-          const double arg = static_cast<double>(s0[r * kn + j]) * scale - m_new;
-          const double want = std::exp(arg);
-          sum += want;
-          // The float argument's rounding (half an ulp of |arg|) on top of exp's 4e-7.
-          ASSERT_NEAR(row[j], want, (4e-7 + 1.2e-7 * std::fabs(arg)) * want + 1e-37) << j;
-        }
-        const double shift = m0[r] == -kInf ? 0.0 : static_cast<double>(m0[r]) - m_new;
-        const double alpha = m0[r] == -kInf ? 0.0 : std::exp(shift);
-        const double alpha_tol = 4e-7 + 1.2e-7 * std::fabs(shift);  // as for P above
-        EXPECT_NEAR(l[r], l0[r] * alpha + sum, (2e-6 + alpha_tol) * (l0[r] * alpha + sum));
-        for (int64_t c = 0; c < dv; ++c) {
-          const double want = o0[r * dv + c] * alpha;
-          ASSERT_NEAR(o[r * dv + c], want, (1e-6 + alpha_tol) * std::fabs(want)) << "O col " << c;
-        }
+    int kept = 0;
+    for (bool with_p16 : {false, true}) {
+      SCOPED_TRACE(with_p16 ? "P in bf16" : "P in s");
+      for (int64_t kn : {1, 7, 8, 16, 17, 33, 64, 100, 512}) {
+        SCOPED_TRACE("kn=" + std::to_string(kn));
+        CheckOnlineBlock(k, kn, with_p16, &kept);
       }
     }
+    // The vector steps keep a running max that the block passes by little.
+    if (k->tier != IsaTier::kPortable) EXPECT_GT(kept, 100);
   }
 }
 

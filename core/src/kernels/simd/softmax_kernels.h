@@ -25,7 +25,11 @@ namespace attn::internal {
 //   + sum; m[r] = m_new; and the row's accumulated output o[r * dv, ...) is
 //   multiplied by alpha (set to 0 when alpha is 0).
 // A row that has seen no unmasked key yet keeps m = -inf, l = 0, its s = 0
-// and its o.
+// and its o. The AVX2 and AVX-512 steps may keep m_new = m[r] (alpha 1,
+// exps up to e^reach) for a row with a finite m[r] whose block's scores
+// reach at most `reach` above it: 1, or 8 where the AVX-512 exp pass writes
+// p16 itself (online_block.cc, the lazy step); the normalisation and the
+// lse (m + log l) are the same either way.
 // With p16 set (a bf16 problem), P also goes to p16[r * kn, ...), 0 outside
 // [a, e), each value rounded to bf16 to nearest even; l still sums the
 // float32 values. Where Bf16MatrixTier() is set, the AVX-512 step writes
