@@ -425,6 +425,62 @@ TEST(Kernels, OnlineBlockMatchesFloat64OnEveryTier) {
   }
 }
 
+// A row's step does not depend on the rows beside it: the AVX-512 step
+// takes two rows at a time until either stops (a score past its reach),
+// so row 0's pass splits where row 1 stops; its max, sum, P and O are the
+// same bits beside a row that stops early, late or never, with P in s and
+// in bf16, on every tier.
+TEST(Kernels, OnlineBlockRowIsTheSameBesideAnyRow) {
+  const int64_t kn = 512, dv = 8, k0 = 0;
+  std::mt19937 rng(8);
+  std::normal_distribution<float> dist(0.0f, 4.0f);
+  std::vector<float> row0(kn), row1(kn);
+  for (auto& x : row0) x = dist(rng);
+  for (auto& x : row1) x = dist(rng);
+  const float scale = 0.125f;
+  float top0 = -kInf, top1 = -kInf;
+  for (int64_t j = 0; j < kn; ++j) {
+    top0 = std::max(top0, row0[j] * scale), top1 = std::max(top1, row1[j] * scale);
+  }
+  for (const SoftmaxKernels* k : AvailableTiers()) {
+    SCOPED_TRACE(IsaTierName(k->tier));
+    for (bool with_p16 : {false, true}) {
+      SCOPED_TRACE(with_p16 ? "P in bf16" : "P in s");
+      std::vector<float> want_s, want_o;
+      std::vector<uint16_t> want_p;
+      float want_m = 0, want_l = 0;
+      // Row 1: a spike at key 0, 100, 300 or none (it stops there, or not).
+      for (int64_t spike : {int64_t{-1}, int64_t{0}, int64_t{100}, int64_t{300}}) {
+        SCOPED_TRACE("spike at " + std::to_string(spike));
+        std::vector<float> s(row0);
+        s.insert(s.end(), row1.begin(), row1.end());
+        if (spike >= 0) s[static_cast<size_t>(kn + spike)] = (top1 + 20.0f) / scale;
+        std::vector<int64_t> lo(2, 0), hi(2, kn);
+        std::vector<float> m = {top0 - 0.5f, top1 - 0.5f}, l = {2.0f, 2.0f};
+        std::vector<float> o(2 * dv, 1.5f);
+        std::vector<uint16_t> p16(with_p16 ? s.size() : 0);
+        OnlineBlock blk{s.data(), kn, 2, lo.data(), hi.data(), k0, scale, m.data(), l.data(), o.data(), dv};
+        blk.p16 = with_p16 ? p16.data() : nullptr;
+        k->online_block(blk);
+        std::vector<float> s0(s.begin(), s.begin() + kn), o0(o.begin(), o.begin() + dv);
+        std::vector<uint16_t> p0(p16.begin(), p16.begin() + (with_p16 ? kn : 0));
+        if (spike < 0) {
+          want_s = s0, want_o = o0, want_p = p0, want_m = m[0], want_l = l[0];
+          continue;
+        }
+        EXPECT_EQ(m[0], want_m);
+        EXPECT_EQ(l[0], want_l);
+        EXPECT_EQ(o0, want_o);
+        if (with_p16) {
+          EXPECT_EQ(p0, want_p);
+        } else {
+          EXPECT_EQ(s0, want_s);
+        }
+      }
+    }
+  }
+}
+
 TEST(Kernels, SmallMatmulOnlyOnTheAvx2Tier) {
   EXPECT_EQ(SmallMatmulFor(IsaTier::kPortable), nullptr);
   EXPECT_EQ(SmallMatmulFor(IsaTier::kAvx512), nullptr);  // the batched brgemm is faster there

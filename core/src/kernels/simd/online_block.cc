@@ -205,12 +205,14 @@ ATTN_AVX512 inline __mmask16 Beyond(__m512 u, __m512 t) {
 
 // The lazy exp pass of one row from x[0]: y[i] = exp(x[i] * scale - m)
 // while no score reaches past m + reach, 32 a step, the tail 16 at a time.
-// Returns how many it wrote; adds their exps to *sum.
+// Returns how many it wrote; adds their exps to *acc, a 32-score step's
+// two vectors summed first, so that a row's sum has the same bits however
+// its pass is split (LazyExpPair adds alike).
 template <typename Out>
 ATTN_AVX512 int64_t LazyExp(const float* x, Out* y, int64_t n, float scale, float m, float reach,
-                            float* sum) {
+                            __m512* acc) {
   const __m512 s = _mm512_set1_ps(scale), mv = _mm512_set1_ps(m), t = _mm512_set1_ps(reach);
-  __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
+  __m512 sum = *acc;
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
     const __m512 u0 = _mm512_fmsub_ps(_mm512_loadu_ps(x + i), s, mv);
@@ -218,8 +220,7 @@ ATTN_AVX512 int64_t LazyExp(const float* x, Out* y, int64_t n, float scale, floa
     if ((Beyond(u0, t) | Beyond(u1, t)) != 0) break;
     const __m512 e0 = ExpNonPositive512(u0), e1 = ExpNonPositive512(u1);
     StoreExps512(y + i, e0, e1);
-    acc0 = _mm512_add_ps(acc0, e0);
-    acc1 = _mm512_add_ps(acc1, e1);
+    sum = _mm512_add_ps(sum, _mm512_add_ps(e0, e1));
   }
   if (i + 32 > n) {  // no stop above: the tail
     for (; i < n; i += 16) {
@@ -228,10 +229,10 @@ ATTN_AVX512 int64_t LazyExp(const float* x, Out* y, int64_t n, float scale, floa
       if (_mm512_mask_cmp_ps_mask(k, u, t, _CMP_NLE_UQ) != 0) break;
       const __m512 e = ExpNonPositive512(u);
       StoreExpsTail512(y + i, e, n - i);
-      acc0 = _mm512_add_ps(acc0, _mm512_maskz_mov_ps(k, e));
+      sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(k, e));
     }
   }
-  *sum += _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+  *acc = sum;
   return std::min(i, n);
 }
 
@@ -240,11 +241,11 @@ ATTN_AVX512 int64_t LazyExp(const float* x, Out* y, int64_t n, float scale, floa
 // 32), the rest left to LazyExp.
 template <typename Out>
 ATTN_AVX512 int64_t LazyExpPair(const float* x0, const float* x1, Out* y0, Out* y1, int64_t n,
-                                float scale, float m0, float m1, float reach, float* sum0,
-                                float* sum1) {
+                                float scale, float m0, float m1, float reach, __m512* acc0,
+                                __m512* acc1) {
   const __m512 s = _mm512_set1_ps(scale), t = _mm512_set1_ps(reach);
   const __m512 mv0 = _mm512_set1_ps(m0), mv1 = _mm512_set1_ps(m1);
-  __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
+  __m512 sum0 = *acc0, sum1 = *acc1;
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
     const __m512 u0 = _mm512_fmsub_ps(_mm512_loadu_ps(x0 + i), s, mv0);
@@ -256,11 +257,11 @@ ATTN_AVX512 int64_t LazyExpPair(const float* x0, const float* x1, Out* y0, Out* 
     const __m512 f0 = ExpNonPositive512(v0), f1 = ExpNonPositive512(v1);
     StoreExps512(y0 + i, e0, e1);
     StoreExps512(y1 + i, f0, f1);
-    acc0 = _mm512_add_ps(acc0, _mm512_add_ps(e0, e1));
-    acc1 = _mm512_add_ps(acc1, _mm512_add_ps(f0, f1));
+    sum0 = _mm512_add_ps(sum0, _mm512_add_ps(e0, e1));
+    sum1 = _mm512_add_ps(sum1, _mm512_add_ps(f0, f1));
   }
-  *sum0 += _mm512_reduce_add_ps(acc0);
-  *sum1 += _mm512_reduce_add_ps(acc1);
+  *acc0 = sum0;
+  *acc1 = sum1;
   return i;
 }
 
@@ -297,18 +298,20 @@ ATTN_AVX512 void TwoPassRow512(const OnlineBlock& b, int64_t r, int64_t a, int64
 }
 
 // The lazy step's end for row r, whose [a, done) holds exps against its
-// running max (sum: theirs): the rest of [a, e) lazily too where it can.
+// running max (acc: their sum so far): the rest of [a, e) lazily too
+// where it can.
 // Where a score reaches past the max's reach: with P in p16 the row again
 // with both passes; in s, the rest's max m_new, its exps against it, and
 // what was written scaled by exp(m - m_new), as a two-pass step would have.
 ATTN_AVX512 void LazyRowEnd(const OnlineBlock& b, int64_t r, int64_t a, int64_t e, int64_t done,
-                            float sum, bool to16) {
+                            __m512 acc, bool to16) {
   float* row = b.s + r * b.kn;
   const float m = b.m[r];
   const int64_t got =
       done + (to16 ? LazyExp(row + done, b.p16 + r * b.kn + done, e - done, b.scale, m,
-                             kReachBf16, &sum)
-                   : LazyExp(row + done, row + done, e - done, b.scale, m, kReachF32, &sum));
+                             kReachBf16, &acc)
+                   : LazyExp(row + done, row + done, e - done, b.scale, m, kReachF32, &acc));
+  float sum = _mm512_reduce_add_ps(acc);
   if (got < e && to16) return TwoPassRow512(b, r, a, e, true);
   if (got < e) {  // NaN included: the rest's max is NaN, and so is all else
     const float m_rest = ScaledMaxRow512(row + got, e - got, b.scale);
@@ -353,7 +356,7 @@ ATTN_AVX512 void OnlineBlockAvx512(const OnlineBlock& b) {
     }
     int64_t a1 = 0, e1 = 0;
     if (r + 1 < b.rows) RowRange(b, r + 1, &a1, &e1);
-    float sum0 = 0, sum1 = 0;
+    __m512 sum0 = _mm512_setzero_ps(), sum1 = sum0;
     if (r + 1 < b.rows && a1 == a && e1 == e && Lazy(b, r + 1, a1, e1)) {
       float *x0 = b.s + r * b.kn + a, *x1 = x0 + b.kn;
       const int64_t done =
