@@ -421,7 +421,9 @@ TEST(Kernels, OnlineBlockMatchesFloat64OnEveryTier) {
       }
     }
     // The vector steps keep a running max that the block passes by little.
-    if (k->tier != IsaTier::kPortable) EXPECT_GT(kept, 100);
+    if (k->tier != IsaTier::kPortable) {
+      EXPECT_GT(kept, 100);
+    }
   }
 }
 
