@@ -388,6 +388,60 @@ TEST(Sdpa, CustomScaleAndLargeScoresStayStable) {
       AllClose(r->output.data.data(), attn_test::ReferenceAttention(p).out, 1e-3, MaxAbs(p.v)));
 }
 
+// Every query's largest scores sit in later key blocks, mid-block: three
+// 512-key blocks, key 1000 (the second block's 489th) about 12 above the
+// first block's scores, key 1300 about 7 above that. The online softmax's
+// lazy step (online_block.cc) then stops mid-row and rescales what it
+// wrote (float32: reach 1), or keeps its running max with weights up to
+// e^7 (bf16: reach 8). Float32 within 1e-5 of float64, bf16 within its
+// 3e-2 contract, the lse too.
+TEST(Sdpa, LaterBlocksPastTheRunningMaxMatchFloat64) {
+  std::mt19937 rng(17);
+  const int64_t h = 2, lq = 64, lk = 1536, d = 64, dv = 32;
+  auto q = RandomFloats(h * lq * d, rng), k = RandomFloats(h * lk * d, rng),
+       v = RandomFloats(h * lk * dv, rng);
+  for (auto& x : q) x = 0.2f + 0.5f * std::fabs(x);  // positive: a key of all 3s scores high
+  for (int64_t hh = 0; hh < h; ++hh) {
+    std::fill_n(k.begin() + (hh * lk + 1000) * d, d, 3.0f);
+    std::fill_n(k.begin() + (hh * lk + 1300) * d, d, 4.5f);
+  }
+  attn_test::RefProblem p;
+  p.h = h, p.lq = lq, p.lk = lk, p.d = d, p.dv = dv, p.scale = 1.0 / std::sqrt(64.0);
+  p.q = ToDouble(q.data(), q.size()), p.k = ToDouble(k.data(), k.size());
+  p.v = ToDouble(v.data(), v.size());
+  const auto ref = attn_test::ReferenceAttention(p);
+  std::vector<double> ref_lse(static_cast<size_t>(h * lq));
+  for (int64_t r = 0; r < h * lq; ++r) {  // log sum exp of the row's scores
+    const int64_t hh = r / lq;
+    std::vector<double> sc(static_cast<size_t>(lk));
+    double m = -INFINITY;
+    for (int64_t j = 0; j < lk; ++j) {
+      double dot = 0;
+      for (int64_t c = 0; c < d; ++c) dot += p.q[r * d + c] * p.k[(hh * lk + j) * d + c];
+      sc[j] = dot * p.scale;
+      m = std::max(m, sc[j]);
+    }
+    double sum = 0;
+    for (double x : sc) sum += std::exp(x - m);
+    ref_lse[r] = m + std::log(sum);
+  }
+  for (bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16" : "float32");
+    ScaledDotProductAttentionOptions opt;
+    opt.score.return_lse = true;
+    opt.compute_precision = bf16 ? ComputePrecision::kBFloat16 : ComputePrecision::kFloat32;
+    auto r = ScaledDotProductAttention(TensorView::Dense(q.data(), {h, lq, d}),
+                                       TensorView::Dense(k.data(), {h, lk, d}),
+                                       TensorView::Dense(v.data(), {h, lk, dv}), opt);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_TRUE(r->lse.has_value());
+    if (bf16 && r->compute_precision != ComputePrecision::kBFloat16) continue;  // no bf16 tier
+    const double tol = bf16 ? 3e-2 : kRtol;
+    EXPECT_TRUE(AllClose(r->output.data.data(), ref.out, tol, bf16 ? 1.0 : MaxAbs(p.v)));
+    EXPECT_TRUE(AllClose(r->lse->data.data(), ref_lse, tol, 1.0));
+  }
+}
+
 TEST(Sdpa, NaNInInputsPropagatesToItsRowOnly) {
   std::vector<float> q = {1, 0, std::nanf(""), 1, 0.5f, 0.5f};
   std::vector<float> k = {1, 0, 0, 1, 1, 1};
