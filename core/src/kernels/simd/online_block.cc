@@ -59,6 +59,48 @@ inline void RowToBf16(const OnlineBlock& b, int64_t r) {
   if (b.p16 != nullptr) GetHalfKernels().f32_to_bf16(b.s + r * b.kn, b.p16 + r * b.kn, b.kn);
 }
 
+// Row r's output times the step's alpha: cleared when alpha is 0 (the
+// row's first keys), untouched when it is 1.
+ATTN_AVX2 inline void RescaleO256(const OnlineBlock& b, int64_t r, float alpha) {
+  float* o = b.o + r * b.dv;
+  if (alpha == 0.0f) {
+    ZeroAvx2(o, b.dv);
+  } else if (alpha != 1.0f) {
+    ScaleRow256(o, b.dv, alpha);
+  }
+}
+ATTN_AVX512 inline void RescaleO512(const OnlineBlock& b, int64_t r, float alpha) {
+  float* o = b.o + r * b.dv;
+  if (alpha == 0.0f) {
+    Zero512(o, b.dv);
+  } else if (alpha != 1.0f) {
+    ScaleRow512(o, b.dv, alpha);
+  }
+}
+
+// Row r's P outside its keys [a, e) zeroed, once the exp pass has written
+// [a, e): in p16 where the AVX-512 exp pass writes it (to16), else in s,
+// which is then rounded into p16 (RowToBf16).
+ATTN_AVX2 inline void FinishRow256(const OnlineBlock& b, int64_t r, int64_t a, int64_t e) {
+  float* row = b.s + r * b.kn;
+  ZeroAvx2(row, a);
+  ZeroAvx2(row + e, b.kn - e);
+  RowToBf16(b, r);
+}
+ATTN_AVX512 inline void FinishRow512(const OnlineBlock& b, int64_t r, int64_t a, int64_t e,
+                                     bool to16) {
+  if (to16) {
+    uint16_t* p = b.p16 + r * b.kn;
+    std::fill(p, p + a, uint16_t{0});
+    std::fill(p + e, p + b.kn, uint16_t{0});
+    return;
+  }
+  float* row = b.s + r * b.kn;
+  Zero512(row, a);
+  Zero512(row + e, b.kn - e);
+  RowToBf16(b, r);
+}
+
 // How far above a row's running max a later block's scores may reach and
 // still be exponentiated against it (the lazy step of the AVX2 and
 // AVX-512 tiers; the portable one keeps both passes): P then reaches
@@ -151,7 +193,6 @@ ATTN_AVX2 void OnlineBlockAvx2(const OnlineBlock& b) {
     float* row = b.s + r * b.kn;
     int64_t a = 0, e = 0;
     RowRange(b, r, &a, &e);
-    float* o = b.o + r * b.dv;
     if (Lazy(b, r, a, e)) {
       float sum = 0;
       const float m = b.m[r];
@@ -163,16 +204,10 @@ ATTN_AVX2 void OnlineBlockAvx2(const OnlineBlock& b) {
         const float alpha = OnlineCommit(b, r, m_new, 0.0f);
         ScaleRow256(row + a, got - a, alpha);
         sum = sum * alpha + rest;
-        if (alpha == 0.0f) {
-          ZeroAvx2(o, b.dv);
-        } else {
-          ScaleRow256(o, b.dv, alpha);
-        }
+        RescaleO256(b, r, alpha);
       }
       b.l[r] += sum;
-      ZeroAvx2(row, a);
-      ZeroAvx2(row + e, b.kn - e);
-      RowToBf16(b, r);
+      FinishRow256(b, r, a, e);
       continue;
     }
     const float m_blk = e > a ? ScaledMaxRow256(row + a, e - a, b.scale) : kNegInf;
@@ -182,16 +217,9 @@ ATTN_AVX2 void OnlineBlockAvx2(const OnlineBlock& b) {
       RowToBf16(b, r);
       continue;
     }
-    ZeroAvx2(row, a);
-    ZeroAvx2(row + e, b.kn - e);
     const float sum = ExpSumRow256(row + a, e - a, b.scale, m_new);
-    RowToBf16(b, r);
-    const float alpha = OnlineCommit(b, r, m_new, sum);
-    if (alpha == 0.0f) {
-      ZeroAvx2(o, b.dv);
-    } else if (alpha != 1.0f) {
-      ScaleRow256(o, b.dv, alpha);
-    }
+    FinishRow256(b, r, a, e);
+    RescaleO256(b, r, OnlineCommit(b, r, m_new, sum));
   }
 }
 
@@ -276,25 +304,11 @@ ATTN_AVX512 void TwoPassRow512(const OnlineBlock& b, int64_t r, int64_t a, int64
     RowToBf16(b, r);
     return;
   }
-  float sum = 0;
-  if (to16) {  // P straight to bf16, not via s
-    uint16_t* p = b.p16 + r * b.kn;
-    std::fill(p, p + a, uint16_t{0});
-    std::fill(p + e, p + b.kn, uint16_t{0});
-    sum = ExpSumRowTo512(row + a, p + a, e - a, b.scale, m_new);  // VCVTNE2PS2BF16
-  } else {
-    Zero512(row, a);
-    Zero512(row + e, b.kn - e);
-    sum = ExpSumRow512(row + a, e - a, b.scale, m_new);
-    RowToBf16(b, r);
-  }
-  const float alpha = OnlineCommit(b, r, m_new, sum);
-  float* o = b.o + r * b.dv;
-  if (alpha == 0.0f) {
-    Zero512(o, b.dv);
-  } else if (alpha != 1.0f) {
-    ScaleRow512(o, b.dv, alpha);
-  }
+  // to16: P straight to bf16 (VCVTNE2PS2BF16), not via s.
+  const float sum = to16 ? ExpSumRowTo512(row + a, b.p16 + r * b.kn + a, e - a, b.scale, m_new)
+                         : ExpSumRow512(row + a, e - a, b.scale, m_new);
+  FinishRow512(b, r, a, e, to16);
+  RescaleO512(b, r, OnlineCommit(b, r, m_new, sum));
 }
 
 // The lazy step's end for row r, whose [a, done) holds exps against its
@@ -311,8 +325,8 @@ ATTN_AVX512 void LazyRowEnd(const OnlineBlock& b, int64_t r, int64_t a, int64_t 
       done + (to16 ? LazyExp(row + done, b.p16 + r * b.kn + done, e - done, b.scale, m,
                              kReachBf16, &acc)
                    : LazyExp(row + done, row + done, e - done, b.scale, m, kReachF32, &acc));
-  float sum = _mm512_reduce_add_ps(acc);
   if (got < e && to16) return TwoPassRow512(b, r, a, e, true);
+  float sum = _mm512_reduce_add_ps(acc);
   if (got < e) {  // NaN included: the rest's max is NaN, and so is all else
     const float m_rest = ScaledMaxRow512(row + got, e - got, b.scale);
     const float m_new = std::isnan(m_rest) ? m_rest : std::max(m, m_rest);
@@ -320,22 +334,10 @@ ATTN_AVX512 void LazyRowEnd(const OnlineBlock& b, int64_t r, int64_t a, int64_t 
     const float alpha = OnlineCommit(b, r, m_new, 0.0f);  // l *= alpha, m = m_new
     ScaleRow512(row + a, got - a, alpha);
     sum = sum * alpha + rest;
-    if (alpha == 0.0f) {
-      Zero512(b.o + r * b.dv, b.dv);
-    } else {
-      ScaleRow512(b.o + r * b.dv, b.dv, alpha);
-    }
+    RescaleO512(b, r, alpha);
   }
   b.l[r] += sum;
-  if (to16) {
-    uint16_t* p = b.p16 + r * b.kn;
-    std::fill(p, p + a, uint16_t{0});
-    std::fill(p + e, p + b.kn, uint16_t{0});
-  } else {
-    Zero512(row, a);
-    Zero512(row + e, b.kn - e);
-    RowToBf16(b, r);
-  }
+  FinishRow512(b, r, a, e, to16);
 }
 
 }  // namespace
