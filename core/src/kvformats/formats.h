@@ -28,7 +28,7 @@ uint8_t Int4Nibble(const uint8_t* row, int64_t dim, int64_t x);
 void Int4ValueMeta(const uint8_t* meta0, int64_t rb, int64_t c, int64_t groups, float* f, float* mg,
                    float* smax);
 
-// int8_loops.cc: the decode kernel's loops over int8 codes in integer
+// format_int8.cc: the decode kernel's loops over int8 codes in integer
 // units: QK against each query row rounded to int16, PV with each row's
 // weights rounded to int16, products summed in int32 (AVX512-VNNI's
 // VPDPWSSD where the CPU has it, VPMADDWD otherwise). Rows with a
