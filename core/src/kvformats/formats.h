@@ -41,7 +41,7 @@ void PvInt8Codes(const float* p, int64_t rows, int64_t ldp, const uint8_t* v, in
                  float* o, const uint8_t* next);
 
 // int4_loops.cc: int4's loops in integer units, for widths where
-// Int4Loops (the AVX-512 tier, a multiple of 32). QkInt4Block scores c
+// Int4Loops (the AVX2 tier or above, a multiple of 32). QkInt4Block scores c
 // keys of a full block (rows of d / 2 bytes, the block's meta: scale[d],
 // min[d]) as QkCodesFn; PvInt4Values is the values' PvCodesFn (other
 // widths: widened to float32 first).
@@ -50,5 +50,11 @@ void QkInt4Block(const float* q, int64_t rows, const uint8_t* k, const float* me
                  int64_t d, float* s, int64_t lds, const uint8_t* next);
 void PvInt4Values(const float* p, int64_t rows, int64_t ldp, const uint8_t* v, int64_t c,
                   int64_t dv, float* o, const uint8_t* next);
+// int4_loops_avx2.cc: the same on the AVX2 tier (below AVX-512): false,
+// with nothing written, for a query row that is not finite.
+bool QkInt4Block256(const float* q, int64_t rows, const uint8_t* k, const float* meta, int64_t c,
+                    int64_t d, float* s, int64_t lds, const uint8_t* next);
+void PvInt4Values256(const float* p, int64_t rows, int64_t ldp, const uint8_t* v, int64_t c,
+                     int64_t dv, float* o, const uint8_t* next);
 
 }  // namespace attn::internal

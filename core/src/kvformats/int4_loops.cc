@@ -400,12 +400,14 @@ void PvValues(const RowWeights& rw, int64_t rows, const uint8_t* v, int64_t c, i
 
 }  // namespace
 
-bool Int4Loops(int64_t width) { return UseAvx512(width) && width % 32 == 0; }
+bool Int4Loops(int64_t width) { return InRegisterTier() && width % 32 == 0; }
 
 void QkInt4Block(const float* q, int64_t rows, const uint8_t* k, const float* meta, int64_t c,
                  int64_t d, float* s, int64_t lds, const uint8_t* next) {
   thread_local BlockQuery bq;
-  if (!PrepareQuery(q, rows, d, meta, &bq)) {  // a NaN or inf query: widened, in float32
+  const bool done = UseAvx512(d) ? PrepareQuery(q, rows, d, meta, &bq)
+                                 : QkInt4Block256(q, rows, k, meta, c, d, s, lds, next);
+  if (!done) {  // a NaN or inf query: widened, in float32
     thread_local std::vector<float> keys;
     keys.resize(static_cast<size_t>(c * d));
     Int4KeysCodec().widen_block(k, meta, c, d, keys.data());
@@ -413,6 +415,7 @@ void QkInt4Block(const float* q, int64_t rows, const uint8_t* k, const float* me
                       nullptr);
     return;
   }
+  if (!UseAvx512(d)) return;
   if (UseAvx512Vnni()) return QkBlock<true>(bq, rows, k, c, d, s, lds, next);
   QkBlock<false>(bq, rows, k, c, d, s, lds, next);
 }
@@ -427,6 +430,7 @@ void PvInt4Values(const float* p, int64_t rows, int64_t ldp, const uint8_t* v, i
                       nullptr);
     return;
   }
+  if (!UseAvx512(dv)) return PvInt4Values256(p, rows, ldp, v, c, dv, o, next);
   thread_local RowWeights rw;
   PrepareWeights(p, rows, ldp, v, c, dv, &rw);
   if (UseAvx512Vnni()) return PvValues<true>(rw, rows, v, c, dv, o, next);

@@ -109,17 +109,17 @@ KvStep View(const Session& s, const Step& st) {
 // How close an answer comes to the replay of what the cache stores. int8
 // keys meet the query rounded to int16, int8 values the weights (2^-16 of
 // the largest): 2e-4 instead of 1e-5. int4's integer loops (widths that
-// are multiples of 32, on the AVX-512 tier) round the query times a key
-// block's scales to int8 (1/254 of its largest, an error up to about
-// 1/254 of a score's scale) and the weights times the values' scales to
-// bytes (1/510 of the largest): 2e-2. fp8's loops on a CPU with a bf16
-// unit (the same widths) round the query and the weights to bf16 (2^-8 of
-// each product at most): 1e-2.
+// are multiples of 32, on the AVX2 tier and above) round the query times a
+// key block's scales to int16 (2^-16 of its largest) and the weights times
+// the values' scales to bytes (1/510 of the largest): 2e-2. fp8's loops on
+// a CPU with a bf16 unit (the same widths, AVX-512 tier) round the query
+// and the weights to bf16 (2^-8 of each product at most): 1e-2.
 double Tolerance(const Session& s) {
   const auto int4 = attn_test::ModelInt4Values;
-  const bool wide =
-      attn::KernelTier() >= attn::IsaTier::kAvx512 && s.replay.d % 32 == 0 && s.replay.dv % 32 == 0;
-  if (wide && (s.replay.key_block > 0 || s.replay.value_q == int4)) return 2e-2;
+  const bool loops = s.replay.d % 32 == 0 && s.replay.dv % 32 == 0;
+  const bool wide = attn::KernelTier() >= attn::IsaTier::kAvx512 && loops;
+  const bool int4_loops = attn::KernelTier() >= attn::IsaTier::kAvx2 && loops;
+  if (int4_loops && (s.replay.key_block > 0 || s.replay.value_q == int4)) return 2e-2;
   const auto fp8 = attn_test::ModelFp8;
   if (wide && attn::Bf16MatrixTier() != attn::Bf16Tier::kNone &&
       (s.replay.key_q == fp8 || s.replay.value_q == fp8)) {
@@ -330,9 +330,9 @@ TEST(QuantizedSessions, CancelledInt4ExtendChangesNothing) {
   ExtendAndCheck(store, s, MakeStep(s, 2, G, rng));
 }
 
-// int4 and fp8 at head widths their own loops take (multiples of 32, on
-// the AVX-512 tier, fp8's with a bf16 unit; other tiers run the widening
-// loops): a prefill over two blocks and the staged one, chunks and decode,
+// int4 and fp8 at head widths their own loops take (multiples of 32; int4
+// on the AVX2 tier and above, fp8 on the AVX-512 tier with a bf16 unit;
+// other tiers run the widening loops): a prefill over two blocks and the staged one, chunks and decode,
 // then a fork, a truncate into a full block and more steps, each against
 // the replay of what the cache stores.
 TEST(QuantizedSessions, WideHeadsSeeWhatTheCacheStores) {

@@ -524,8 +524,40 @@ TEST(PageLoops, Int4KeyBlocksAndValuesEqualFloat64) {
     }
   }
   EXPECT_EQ(cases, 6 * 5 * 7);
+  // Every tier with in-register loops reads int4 in integer units (the
+  // AVX2 tier used to widen each page to float32 first).
+  EXPECT_TRUE(attn::internal::Int4Loops(128));
   std::printf("int4 loops %s, kernel tier %s\n", attn::internal::Int4Loops(128) ? "on" : "off",
               attn::IsaTierName(attn::KernelTier()));
+}
+
+// Values at their groups' extremes under equal, largest weights: every
+// product is 255 times a code less 8 of -8 or 7, the most a partial sum in
+// a narrow type can hold (the AVX2 loops add eight token pairs in int16,
+// at most 8 * 2 * 255 * 8 = 32640). The sums match float64 over pages of
+// 1 to 212 tokens, as far as the weights' rounding allows.
+TEST(PageLoops, Int4ValuesAtTheirExtremesDoNotOverflow) {
+  if (!attn::internal::InRegisterTier()) GTEST_SKIP() << "no in-register loops on this tier";
+  const PageCodec& v4 = CodecOf(PageFormat::kInt4Values);
+  for (int64_t d : {32, 128, 160}) {
+    const int64_t vb = v4.row_bytes(d);
+    for (int64_t c : {1, 15, 16, 17, 33, 106, 212}) {
+      SCOPED_TRACE("d " + std::to_string(d) + " c " + std::to_string(c));
+      std::vector<float> x(static_cast<size_t>(d));
+      for (int64_t i = 0; i < d; ++i) x[i] = i % 2 == 0 ? -10.0f : 10.0f;  // codes 0 and 15
+      std::vector<uint8_t> values(static_cast<size_t>(c * vb));
+      for (int64_t j = 0; j < c; ++j) v4.encode(x.data(), d, values.data() + j * vb);
+      const int64_t rows = 5;
+      std::vector<float> p(static_cast<size_t>(rows * c), 1.0f), o(static_cast<size_t>(rows * d));
+      v4.pv(p.data(), rows, c, values.data(), c, d, o.data(), nullptr);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t i = 0; i < d; ++i) {
+          const double want = double(c) * (i % 2 == 0 ? -10.0 : 10.0);
+          ASSERT_NEAR(o[r * d + i], want, 1e-4 * std::fabs(want)) << r << "," << i;
+        }
+      }
+    }
+  }
 }
 
 // ---- the page's layout ------------------------------------------------------
