@@ -30,6 +30,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/simd/vec_math.h"
 #include "kvformats/formats.h"
 #include "kvformats/page_loops.h"
 
@@ -45,18 +46,6 @@ ATTN_DECODE inline void ChunkWords(const uint8_t* p, __m256i* lo, __m256i* hi) {
   const __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   *lo = _mm256_and_si256(w, _mm256_set1_epi16(0x0F));
   *hi = _mm256_srli_epi16(w, 4);
-}
-
-ATTN_DECODE inline float MaxOf(__m256 v) {
-  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
-}
-
-ATTN_DECODE inline float SumOf(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 
 // ---- QK -------------------------------------------------------------------
@@ -87,7 +76,7 @@ ATTN_DECODE bool PrepareQuery(const float* q, int64_t rows, int64_t d, const flo
       amax = _mm256_max_ps(amax, _mm256_and_ps(v, abs));
       bias = _mm256_fmadd_ps(qv, _mm256_loadu_ps(meta + d + x), bias);
     }
-    const float m = MaxOf(amax), b = SumOf(bias);
+    const float m = ReduceMax256(amax), b = ReduceAdd256(bias);
     if (!std::isfinite(m) || !std::isfinite(b)) return false;
     out->scale[static_cast<size_t>(r)] = m / 32767.0f;
     out->bias[static_cast<size_t>(r)] = b;
@@ -145,7 +134,7 @@ ATTN_DECODE void QkRows(const BlockQuery256& bq, int64_t r0, const uint8_t* k, i
       _mm_store_ps(out, _mm_fmadd_ps(sums, sc, bias));
       for (int rr = 0; rr < 4; ++rr) s[(r0 + rr) * lds + j] = out[rr];
     } else {
-      s[r0 * lds + j] = SumOf(_mm256_cvtepi32_ps(acc[0])) * bq.scale[r0] + bq.bias[r0];
+      s[r0 * lds + j] = ReduceAdd256(_mm256_cvtepi32_ps(acc[0])) * bq.scale[r0] + bq.bias[r0];
     }
   }
 }
@@ -207,8 +196,8 @@ ATTN_DECODE void GroupMeta(const uint8_t* meta0, int64_t rb, int64_t c, int64_t 
       sm0 = _mm256_max_ps(sm0, s0);
       sm1 = _mm256_max_ps(sm1, s1);
     }
-    smax[0] = MaxOf(sm0);
-    smax[1] = MaxOf(sm1);
+    smax[0] = ReduceMax256(sm0);
+    smax[1] = ReduceMax256(sm1);
   }
   for (int64_t g = 0; g < groups; ++g) {
     for (int64_t t = j; t < c8; ++t) {
@@ -237,21 +226,20 @@ ATTN_DECODE inline void EightWeights(__m256 pv, __m256 k, const float* f, const 
 ATTN_DECODE void PrepareWeights(const float* p, int64_t rows, int64_t ldp, const uint8_t* v,
                                 int64_t c, int64_t dv, RowWeights256* out) {
   const int64_t groups = (dv + kGroup - 1) / kGroup, codes = dv / 2;
-  const int64_t rb = codes + groups * 8, c8 = (c + 7) / 8 * 8, cp = c8;
-  out->cp = cp;
-  out->w.resize(static_cast<size_t>(rows * groups * cp));
+  const int64_t rb = codes + groups * 8, c8 = (c + 7) / 8 * 8;
+  out->cp = c8;
+  out->w.resize(static_cast<size_t>(rows * groups * c8));
   out->scale.resize(static_cast<size_t>(rows * groups));
   out->bias.resize(static_cast<size_t>(rows * groups));
   GroupMeta(v + codes, rb, c, c8, groups, out);
   const int64_t full = c / 8 * 8;
-  const __m256i tail = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(c - full)),
-                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const __m256i tail = LaneMask256(c - full);
   constexpr int kMaxGroups = 8;
   for (int64_t r = 0; r < rows; ++r) {
     const float* pr = p + r * ldp;
     __m256 pm = _mm256_maskload_ps(pr + full, tail);
     for (int64_t j = 0; j < full; j += 8) pm = _mm256_max_ps(pm, _mm256_loadu_ps(pr + j));
-    const float pmax = MaxOf(pm);
+    const float pmax = ReduceMax256(pm);
     for (int64_t g0 = 0; g0 < groups; g0 += kMaxGroups) {
       const int64_t ng = std::min<int64_t>(kMaxGroups, groups - g0);
       __m256 k[kMaxGroups], bias[kMaxGroups];
@@ -260,18 +248,18 @@ ATTN_DECODE void PrepareWeights(const float* p, int64_t rows, int64_t ldp, const
         k[i] = _mm256_set1_ps(pmax > 0.0f && sm > 0.0f ? 255.0f / (pmax * sm) : 0.0f);
         bias[i] = _mm256_setzero_ps();
       }
-      uint8_t* w0 = out->w.data() + (r * groups + g0) * cp;
+      uint8_t* w0 = out->w.data() + (r * groups + g0) * c8;
       const float *f0 = out->f.data() + g0 * c8, *mg0 = out->mg.data() + g0 * c8;
       for (int64_t j = 0; j < c8; j += 8) {
         const __m256 pv = j < full ? _mm256_loadu_ps(pr + j) : _mm256_maskload_ps(pr + j, tail);
         for (int64_t i = 0; i < ng; ++i) {
-          EightWeights(pv, k[i], f0 + i * c8 + j, mg0 + i * c8 + j, w0 + i * cp + j, &bias[i]);
+          EightWeights(pv, k[i], f0 + i * c8 + j, mg0 + i * c8 + j, w0 + i * c8 + j, &bias[i]);
         }
       }
       for (int64_t i = 0; i < ng; ++i) {
         const size_t at = static_cast<size_t>(r * groups + g0 + i);
         out->scale[at] = pmax / 255.0f * out->smax[static_cast<size_t>(g0 + i)];
-        out->bias[at] = SumOf(bias[i]);
+        out->bias[at] = ReduceAdd256(bias[i]);
       }
     }
   }
