@@ -19,7 +19,7 @@ def load_core(path):
     interleaved run writes its rows in the order they ran)."""
     with open(path) as f:
         doc = json.load(f)
-    rows, memory, conversions = {}, {}, {}
+    rows, memory, conversions, loops = {}, {}, {}, {}
     to_ms = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
 
     def rate(value):  # older Google Benchmark versions report raw per-second counts
@@ -37,11 +37,13 @@ def load_core(path):
                             "probe": b.get("probe_GBps")}
         elif "GFLOPS" in b:
             rows[name] = {"ms": ms, "gflops": rate(b["GFLOPS"])}
-    return doc["context"], rows, memory, conversions
+        elif name.startswith("BM_PageLoops") and b.get("items_per_second"):
+            loops[name] = {"ns": 1e9 / b["items_per_second"], "label": b.get("label", "")}
+    return doc["context"], rows, memory, conversions, loops
 
 
 def main():
-    context, core, memory, conversions = load_core(sys.argv[1])
+    context, core, memory, conversions, loops = load_core(sys.argv[1])
     torch, torch_note = {}, ""
     if len(sys.argv) > 2:
         with open(sys.argv[2]) as f:
@@ -101,6 +103,13 @@ def main():
         print("|---|---|---:|---:|")
         for name, r in conversions.items():
             print(f"| {name} | {r['label']} | {r['ms']:.3f} | {r['gbps']:.1f} |")
+    if loops:
+        print("\nThe decode kernel's page loops, one thread, the page in L1 (4 query rows, "
+              "D 128):\n")
+        print("| benchmark | codes, loop | ns a token and kv head |")
+        print("|---|---|---:|")
+        for name, r in loops.items():
+            print(f"| {name} | {r['label']} | {r['ns']:.2f} |")
     return 0
 
 

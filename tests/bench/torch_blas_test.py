@@ -62,7 +62,10 @@ def interleaved_core_bench_json():
                            row("BM_Sdpa/L:2048/causal:0", 1, 30.0, GFLOPS=90.0),
                            row("BM_FloatToHalf/bf16:1", 3, 0.1, f32_GBps=30.0, label="bfloat16"),
                            row("BM_MemoryRead", 4, 40.0, GBps=25.0, label="2 threads"),
-                           row("BM_OneDnnMatmul1024", 0, 10.0, GFLOPS=100.0)]}
+                           row("BM_OneDnnMatmul1024", 0, 10.0, GFLOPS=100.0),
+                           dict(row("BM_PageLoops/format:1/pv:0", 6, 0.0008,
+                                    items_per_second=1.6e8, label="bfloat16 qk"),
+                                time_unit="ms")]}
 
 
 class Summaries(unittest.TestCase):
@@ -90,6 +93,8 @@ class Summaries(unittest.TestCase):
                       out)
         self.assertIn("| BM_MemoryRead | 40.000 | 25.0 |  |  |  |  |", out)
         self.assertIn("| BM_FloatToHalf/bf16:1 | bfloat16 | 0.100 | 30.0 |", out)
+        # A page-loop row in ns a token: 1e9 / 1.6e8 tokens a second.
+        self.assertIn("| BM_PageLoops/format:1/pv:0 | bfloat16 qk | 6.25 |", out)
         # Registration order, not the order the interleaved rows ran in.
         self.assertLess(out.index("BM_MemoryRead"), out.index("BM_KvDecode"))
 

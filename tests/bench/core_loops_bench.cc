@@ -1,0 +1,106 @@
+// attention-core-bench's page-loop rows: the decode kernel's QK and PV over
+// one page of each format's codes, with the page in L1 and one thread, so
+// that the loops' own rate shows without the memory's (BM_KvDecode holds
+// the whole step against the read probe). Four query rows (GQA 32 / 8),
+// D 128, 128 tokens; tokens a second as items_per_second (a token: one kv
+// head's). Run with ATTN_MAX_ISA to see a lower tier's loops. (core/src's
+// internal codecs, as the page-codec tests use them.)
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kvformats/page_codec.h"
+
+namespace {
+
+using attn::internal::CodecOf;
+using attn::internal::PageCodec;
+using attn::internal::PageFormat;
+
+constexpr int64_t kRows = 4, kD = 128, kTokens = 128;
+
+// Every buffer on its own cache lines, as the cache's pages and the
+// kernel's scratch are (malloc's 16-byte alignment moved a binary's rows by
+// up to 20% against another's).
+struct Page {
+  attn::internal::LineVector<float> q, s, p, o;
+  attn::internal::LineVector<uint8_t> codes, meta;
+};
+
+// Queries, keys and values N(0, 1); the keys' or values' rows as the codec
+// writes them (int4 keys: one block of kTokens with its meta).
+Page MakePage(const PageCodec& codec) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  Page pg;
+  pg.q.resize(kRows * kD);
+  for (float& x : pg.q) x = n(rng);
+  std::vector<float> tokens(static_cast<size_t>(kTokens * kD));
+  for (float& x : tokens) x = n(rng);
+  const int64_t rb = codec.row_bytes(kD);
+  pg.codes.resize(static_cast<size_t>(kTokens * rb));
+  if (codec.blocked) {
+    pg.meta.resize(2 * kD * sizeof(float));
+    codec.quantize_block(tokens.data(), kTokens, kD, pg.codes.data(),
+                         reinterpret_cast<float*>(pg.meta.data()));
+  } else {
+    for (int64_t j = 0; j < kTokens; ++j) {
+      codec.encode(tokens.data() + j * kD, kD, pg.codes.data() + j * rb);
+    }
+  }
+  pg.s.resize(kRows * kTokens);
+  pg.p.resize(kRows * kTokens);
+  for (float& x : pg.p) x = 1.0f / kTokens + 1e-3f * n(rng) * n(rng);
+  pg.o.assign(kRows * kD, 0.0f);
+  return pg;
+}
+
+const PageFormat kFormats[] = {PageFormat::kFloat32,  PageFormat::kBFloat16,
+                               PageFormat::kFloat16,  PageFormat::kInt8,
+                               PageFormat::kFp8E4M3,  PageFormat::kInt4Values,
+                               PageFormat::kInt4Keys};
+
+// op 0: QK (int4: its key blocks), op 1: PV (int4: its value rows).
+void BM_PageLoops(benchmark::State& state) {
+  const PageFormat f = kFormats[state.range(0)];
+  const bool pv = state.range(1) != 0;
+  const PageCodec& codec = CodecOf(f);
+  if (!attn::internal::InRegisterTier()) {
+    state.SkipWithError("the portable tier reads pages through its portable loops");
+    return;
+  }
+  if ((f == PageFormat::kInt4Keys && pv) || (f == PageFormat::kInt4Values && !pv)) {
+    state.SkipWithError("int4 keys take QK only, int4 values PV only");
+    return;
+  }
+  Page pg = MakePage(codec);
+  for (auto _ : state) {
+    if (pv) {
+      codec.pv(pg.p.data(), kRows, kTokens, pg.codes.data(), kTokens, kD, pg.o.data(), nullptr);
+      benchmark::DoNotOptimize(pg.o.data());
+    } else if (codec.blocked) {
+      codec.qk_block(pg.q.data(), kRows, pg.codes.data(),
+                     reinterpret_cast<const float*>(pg.meta.data()), kTokens, kD, pg.s.data(),
+                     kTokens, nullptr);
+      benchmark::DoNotOptimize(pg.s.data());
+    } else {
+      codec.qk(pg.q.data(), kRows, pg.codes.data(), kTokens, kD, pg.s.data(), kTokens, nullptr);
+      benchmark::DoNotOptimize(pg.s.data());
+    }
+    benchmark::ClobberMemory();
+  }
+  state.SetLabel(std::string(codec.name) + (pv ? " pv" : " qk"));
+  // Tokens (of one kv head) a second: 1e9 / items_per_second ns a token.
+  state.SetItemsProcessed(state.iterations() * kTokens);
+}
+
+}  // namespace
+
+BENCHMARK(BM_PageLoops)
+    ->ArgsProduct({{0, 1, 2, 3, 4}, {0, 1}})
+    ->Args({5, 1})
+    ->Args({6, 0})
+    ->ArgNames({"format", "pv"})
+    ->Unit(benchmark::kNanosecond);
