@@ -25,8 +25,8 @@ constexpr int64_t kRows = 4, kD = 128, kTokens = 128;
 // kernel's scratch are (malloc's 16-byte alignment moved a binary's rows by
 // up to 20% against another's).
 struct Page {
-  attn::internal::LineVector<float> q, s, p, o;
-  attn::internal::LineVector<uint8_t> codes, meta;
+  attn::internal::LineVector<float> q, s, p, o, meta;
+  attn::internal::LineVector<uint8_t> codes;
 };
 
 // Queries, keys and values N(0, 1); the keys' or values' rows as the codec
@@ -42,9 +42,8 @@ Page MakePage(const PageCodec& codec) {
   const int64_t rb = codec.row_bytes(kD);
   pg.codes.resize(static_cast<size_t>(kTokens * rb));
   if (codec.blocked) {
-    pg.meta.resize(2 * kD * sizeof(float));
-    codec.quantize_block(tokens.data(), kTokens, kD, pg.codes.data(),
-                         reinterpret_cast<float*>(pg.meta.data()));
+    pg.meta.resize(2 * kD);  // each channel's scale and minimum
+    codec.quantize_block(tokens.data(), kTokens, kD, pg.codes.data(), pg.meta.data());
   } else {
     for (int64_t j = 0; j < kTokens; ++j) {
       codec.encode(tokens.data() + j * kD, kD, pg.codes.data() + j * rb);
@@ -62,7 +61,8 @@ const PageFormat kFormats[] = {PageFormat::kFloat32,  PageFormat::kBFloat16,
                                PageFormat::kFp8E4M3,  PageFormat::kInt4Values,
                                PageFormat::kInt4Keys};
 
-// op 0: QK (int4: its key blocks), op 1: PV (int4: its value rows).
+// pv 0: QK, pv 1: PV (registered below: int4's key blocks for QK only,
+// its value rows for PV only).
 void BM_PageLoops(benchmark::State& state) {
   const PageFormat f = kFormats[state.range(0)];
   const bool pv = state.range(1) != 0;
@@ -71,19 +71,14 @@ void BM_PageLoops(benchmark::State& state) {
     state.SkipWithError("the portable tier reads pages through its portable loops");
     return;
   }
-  if ((f == PageFormat::kInt4Keys && pv) || (f == PageFormat::kInt4Values && !pv)) {
-    state.SkipWithError("int4 keys take QK only, int4 values PV only");
-    return;
-  }
   Page pg = MakePage(codec);
   for (auto _ : state) {
     if (pv) {
       codec.pv(pg.p.data(), kRows, kTokens, pg.codes.data(), kTokens, kD, pg.o.data(), nullptr);
       benchmark::DoNotOptimize(pg.o.data());
     } else if (codec.blocked) {
-      codec.qk_block(pg.q.data(), kRows, pg.codes.data(),
-                     reinterpret_cast<const float*>(pg.meta.data()), kTokens, kD, pg.s.data(),
-                     kTokens, nullptr);
+      codec.qk_block(pg.q.data(), kRows, pg.codes.data(), pg.meta.data(), kTokens, kD,
+                     pg.s.data(), kTokens, nullptr);
       benchmark::DoNotOptimize(pg.s.data());
     } else {
       codec.qk(pg.q.data(), kRows, pg.codes.data(), kTokens, kD, pg.s.data(), kTokens, nullptr);
