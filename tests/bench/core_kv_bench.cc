@@ -112,7 +112,7 @@ const char* FormatLabel(int64_t format) {
 
 // Fills a session's layer 0 to `tokens` in chunks of keys and values only.
 void Fill(attn::KvCacheStore& store, const std::string& id, int64_t tokens,
-          const std::vector<float>& kv) {
+          const std::vector<float>& kv, int64_t layer = 0) {
   const int64_t chunk = static_cast<int64_t>(kv.size()) / (kHkv * kD);
   std::vector<float> none;
   for (int64_t at = 0; at < tokens; at += chunk) {
@@ -124,7 +124,7 @@ void Fill(attn::KvCacheStore& store, const std::string& id, int64_t tokens,
     attn::TensorView v{attn::DataType::kFloat32, kv.data(), {kHkv, n, kD}, {chunk * kD, kD, 1}};
     st.key = v;
     st.value = v;
-    auto r = store.Extend(0, {st}, {});
+    auto r = store.Extend(layer, {st}, {});
     if (!r.ok()) std::abort();
   }
 }
@@ -133,18 +133,38 @@ void Fill(attn::KvCacheStore& store, const std::string& id, int64_t tokens,
 // sessions of L tokens, one query and one new token each, in one Extend.
 // Counts the bytes each step reads (codes and factors); the appended token
 // is dropped again between iterations (untimed), so L stays put.
+//
+// A server's step finds its layer's cache cold: the model's other layers
+// were read since. So the sessions have as many layers as it takes to pass
+// the probe's 256 MiB together (at most 64), and iteration i steps layer
+// i mod layers, as an engine calls layer after layer. (One layer read
+// again and again partly stays in the L3: 1 x 32k rows 14-35% faster on
+// a Zen 5, docs/performance.md.)
+constexpr int64_t kColdBytes = int64_t{256} << 20;
+
+int64_t ColdLayers(attn::KvCacheStore& store, int64_t sessions, int64_t L, int64_t format) {
+  if (!store.Create(Spec("layer-bytes", format)).ok()) std::abort();
+  const int64_t token_bytes = store.Get("", "layer-bytes")->token_bytes;
+  (void)store.Delete("", "layer-bytes");
+  const int64_t layer = sessions * L * kHkv * token_bytes;
+  return std::clamp<int64_t>((kColdBytes + layer - 1) / layer, 1, 64);
+}
+
 void BM_KvDecode(benchmark::State& state) {
   const int64_t sessions = state.range(0), L = state.range(1), format = state.range(2);
   attn::KvStoreOptions o;
   o.pool_bytes = int64_t{1100} << 20;
   o.default_max_tokens = 65536;
   attn::KvCacheStore store(o);
+  const int64_t layers = ColdLayers(store, sessions, L, format);
   const auto kv = Normal(static_cast<size_t>(kHkv * 4096 * kD), 1);
   std::vector<std::string> ids;
   for (int64_t s = 0; s < sessions; ++s) {
     ids.push_back("s" + std::to_string(s));
-    if (!store.Create(Spec(ids.back(), format)).ok()) std::abort();
-    Fill(store, ids.back(), L, kv);
+    attn::KvSessionSpec spec = Spec(ids.back(), format);
+    spec.num_layers = layers;
+    if (!store.Create(spec).ok()) std::abort();
+    for (int64_t l = 0; l < layers; ++l) Fill(store, ids.back(), L, kv, l);
   }
   const auto q = Normal(static_cast<size_t>(kHq * kD), 2);
   const auto knew = Normal(static_cast<size_t>(kHkv * kD), 3);
@@ -155,11 +175,14 @@ void BM_KvDecode(benchmark::State& state) {
                      attn::TensorView::Dense(knew.data(), {kHkv, 1, kD}), std::nullopt});
   }
   const double before = AdjacentProbeGBps();
+  int64_t layer = 0;
   for (auto _ : state) {
-    auto r = store.Extend(0, steps, {});
+    auto r = store.Extend(layer, steps, {});
+    layer = (layer + 1) % layers;
     if (!r.ok()) state.SkipWithError(r.status().ToString().c_str());
     state.PauseTiming();
     for (const auto& id : ids) (void)store.Truncate("", id, L);
+    if (getenv("EVICT")) { static const std::vector<uint64_t> ev = TouchedWords(size_t{256} << 20); benchmark::DoNotOptimize(ReadOnTeam(ev)); }
     state.ResumeTiming();
   }
   const double probe = (before + AdjacentProbeGBps()) / 2.0;
@@ -169,6 +192,7 @@ void BM_KvDecode(benchmark::State& state) {
   state.counters["GBps"] =
       benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["probe_GBps"] = probe;  // a plain number, not a rate
+  state.counters["layers"] = static_cast<double>(layers);
   state.counters["steps_per_s"] = benchmark::Counter(static_cast<double>(sessions),
                                                      benchmark::Counter::kIsIterationInvariantRate);
 }
