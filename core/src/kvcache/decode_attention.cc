@@ -78,8 +78,25 @@ struct PageSpan {
   const uint8_t* base;
   const uint8_t *knext, *vnext;  // the same places in the page to prefetch (or null)
   int64_t g, j0, a, b;
-  bool whole;  // every row sees every key of [a, b)
+  bool whole;                      // every row sees every key of [a, b)
+  const uint8_t* ahead = nullptr;  // the page of knext and vnext (or null)
 };
+
+// The factors (scaled sides) and block meta (blocked keys) of the page
+// read `ahead` pages later, all at once as a page starts: the codes'
+// loops prefetch that page's rows a token at a time, but not these
+// regions, and without them a cold cache (a server's step, the other
+// layers read since) waited on their lines in the softmax and in the
+// int4 keys' query preparation: int8 at 1 x 32k 17% slower
+// (docs/performance.md).
+void PrefetchFactors(const DecodeProblem& p, const uint8_t* page) {
+  if (page == nullptr) return;
+  for (const PageSide* side : {&p.key, &p.value}) {
+    for (int64_t b = 0; b < side->factor_bytes; b += 64) {
+      asm volatile("prefetcht0 (%0)" : : "r"(page + side->factors + b));  // as page_loops.h's
+    }
+  }
+}
 
 // c rows of `dim` of a side widened (without their factors) into buf.
 const float* Widen(const PageSide& side, const uint8_t* rows, int64_t c, int64_t dim,
@@ -174,6 +191,7 @@ void AttendPage(const SoftmaxKernels& sk, const Task& task, Scratch& sc, const P
   const float* qg = sc.q.data() + g * rows * d;
   float* og = task.part.o + g * rows * dv;
   float* s = sc.s.data();
+  PrefetchFactors(p, sp.ahead);
   // Blocked keys score in place where their codec's loops take d.
   const bool scored = fast && ks.codec->blocked &&
                       QkBlockedKeys(*p.layout, sp.base, p.stage != nullptr ? p.stage[g] : nullptr,
@@ -272,6 +290,7 @@ void RunTask(const SoftmaxKernels& sk, const Task& task, Scratch& sc) {
         const int64_t off = std::max<int64_t>(0, lo_u - npg * T);
         sp.knext = p.key.Row(nb, off);
         sp.vnext = p.value.Row(nb, off);
+        sp.ahead = nb;
       }
       AttendPage(sk, task, sc, sp, fast);
     }

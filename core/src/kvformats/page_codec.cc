@@ -137,7 +137,8 @@ int64_t PlaceSide(const PageCodec& codec, int64_t dim, int64_t T, int64_t g, int
   int64_t end = at + T * side->row_bytes;
   if (codec.scaled || codec.blocked) {
     side->factors = RoundUp(end);
-    end = side->factors + (codec.blocked ? T / g * 2 * dim * 4 : T * 4);
+    side->factor_bytes = codec.blocked ? T / g * 2 * dim * 4 : T * 4;
+    end = side->factors + side->factor_bytes;
   }
   return RoundUp(end);
 }

@@ -103,6 +103,7 @@ struct PageSide {
   int64_t offset = 0;     // of the region in the page
   int64_t row_bytes = 0;  // one token's codes
   int64_t factors = 0;    // offset of the factors (scaled) or block meta (blocked)
+  int64_t factor_bytes = 0;  // their size in a page (0: an unscaled, unblocked side)
   uint8_t* Row(uint8_t* page, int64_t j) const { return page + offset + j * row_bytes; }
   const uint8_t* Row(const uint8_t* page, int64_t j) const { return page + offset + j * row_bytes; }
   float* Factors(uint8_t* page) const { return reinterpret_cast<float*>(page + factors); }

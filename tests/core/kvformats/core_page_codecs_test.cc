@@ -577,6 +577,10 @@ TEST(PageLayout, RegionsApartInsideThePageAndAsManyTokensAsFit) {
         // [start, end) of each region, in page order.
         std::vector<std::pair<int64_t, int64_t>> regions = {
             {l.key.offset, l.key.offset + T * l.key.row_bytes}};
+        // factor_bytes (what the decode prefetches of a page ahead): a
+        // float a token for a scaled side, none for another.
+        EXPECT_EQ(l.key.factor_bytes, l.key.codec->scaled ? 4 * T : 0);
+        EXPECT_EQ(l.value.factor_bytes, l.value.codec->scaled ? 4 * T : 0);
         if (l.key.codec->scaled) regions.push_back({l.key.factors, l.key.factors + 4 * T});
         regions.push_back({l.value.offset, l.value.offset + T * l.value.row_bytes});
         if (l.value.codec->scaled) regions.push_back({l.value.factors, l.value.factors + 4 * T});
@@ -598,6 +602,8 @@ TEST(PageLayout, RegionsApartInsideThePageAndAsManyTokensAsFit) {
       attn::internal::MakePageLayout(PageFormat::kInt8, PageFormat::kInt8, 128, 128, 32 << 10);
   EXPECT_EQ(i8.token_bytes, 264);
   EXPECT_EQ(i8.tokens_per_page, 124);  // 32768 / 264, each region aligned
+  EXPECT_EQ(i8.key.factor_bytes, 124 * 4);
+  EXPECT_EQ(i8.value.factor_bytes, 124 * 4);
   // int4 keys and values of D = 128, a bf16 staging page: 64 + 80 bytes a
   // token (values' scales and minimums per 64 channels), two blocks of 106
   // (each block's 1 KiB of meta; a block being filled fits one page):
@@ -608,6 +614,11 @@ TEST(PageLayout, RegionsApartInsideThePageAndAsManyTokensAsFit) {
   EXPECT_EQ(i4.block_tokens, 106);
   EXPECT_LE(64.0 / i4.tokens_per_page, 0.31);
   EXPECT_LE(i4.block_tokens * 256, 32 << 10);
+  // The keys' meta: a (scale, min) float pair a channel a block, ending
+  // before the values; the values keep theirs in their rows.
+  EXPECT_EQ(i4.key.factor_bytes, 2 * 2 * 128 * 4);
+  EXPECT_LE(i4.key.factors + i4.key.factor_bytes, i4.value.offset);
+  EXPECT_EQ(i4.value.factor_bytes, 0);
 }
 
 }  // namespace
