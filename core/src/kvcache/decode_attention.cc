@@ -87,8 +87,8 @@ struct PageSpan {
 // loops prefetch that page's rows a token at a time, but not these
 // regions, and without them a cold cache (a server's step, the other
 // layers read since) waited on their lines in the softmax and in the
-// int4 keys' query preparation: int8 at 1 x 32k 17% slower
-// (docs/performance.md).
+// int4 keys' query preparation: int8 and fp8 steps 10-13% slower at
+// 1 x 32k and 32 x 4k (docs/performance.md).
 void PrefetchFactors(const DecodeProblem& p, const uint8_t* page) {
   if (page == nullptr) return;
   for (const PageSide* side : {&p.key, &p.value}) {
