@@ -124,7 +124,10 @@ ATTN_I8_512 inline __m256 FoldI(__m512i a) {
 // done (c rounded down to 4).
 // kD: d as a constant (0: not), so that the compiler unrolls the channels
 // and overlaps a quad's sums with the next quad's products (a quarter of
-// the loop's time at d = 128).
+// the loop's time at d = 128). At d = 128 the next page's four rows go
+// out one a 32-channel step (four steps, a row each) rather than all
+// eight lines at once: 7-9% off a cold int8 step. (fp8's QK, the same
+// change: 3-13% slower; docs/performance.md.)
 template <bool kVnni, int kD = 0>
 ATTN_I8_VNNI int64_t QkFourByFour(const int16_t* q0, const float* scale, const int8_t* k, int64_t c,
                                   int64_t dd, float* s, int64_t lds, const uint8_t* next) {
@@ -132,11 +135,15 @@ ATTN_I8_VNNI int64_t QkFourByFour(const int16_t* q0, const float* scale, const i
   const __m512 sc = QuadOf(scale);
   int64_t j = 0;
   for (; j + 4 <= c; j += 4) {
-    for (int64_t jj = j; jj < j + 4; ++jj) PrefetchToken(next, d, jj);
+    constexpr bool kSpread = kD == 128;
+    if constexpr (!kSpread) {
+      for (int64_t jj = j; jj < j + 4; ++jj) PrefetchToken(next, d, jj);
+    }
     const int8_t* kj = k + j * d;
     __m512i a[16];
     for (int i = 0; i < 16; ++i) a[i] = _mm512_setzero_si512();
     for (int64_t x = 0; x < d; x += 32) {
+      if constexpr (kSpread) PrefetchToken(next, d, j + x / 32);
       __m512i kv[4], qv[4];
       for (int t = 0; t < 4; ++t) {
         kv[t] = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(kj + t * d + x)));
