@@ -110,7 +110,7 @@ const char* FormatLabel(int64_t format) {
   return format == 0 ? "bf16" : format == 1 ? "int8" : format == 2 ? "fp8_e4m3" : "int4";
 }
 
-// Fills a session's layer 0 to `tokens` in chunks of keys and values only.
+// Fills a session's `layer` to `tokens` in chunks of keys and values only.
 void Fill(attn::KvCacheStore& store, const std::string& id, int64_t tokens,
           const std::vector<float>& kv, int64_t layer = 0) {
   const int64_t chunk = static_cast<int64_t>(kv.size()) / (kHkv * kD);
@@ -182,7 +182,6 @@ void BM_KvDecode(benchmark::State& state) {
     if (!r.ok()) state.SkipWithError(r.status().ToString().c_str());
     state.PauseTiming();
     for (const auto& id : ids) (void)store.Truncate("", id, L);
-    if (getenv("EVICT")) { static const std::vector<uint64_t> ev = TouchedWords(size_t{256} << 20); benchmark::DoNotOptimize(ReadOnTeam(ev)); }
     state.ResumeTiming();
   }
   const double probe = (before + AdjacentProbeGBps()) / 2.0;
