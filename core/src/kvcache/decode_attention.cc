@@ -93,7 +93,7 @@ void PrefetchFactors(const DecodeProblem& p, const uint8_t* page) {
   if (page == nullptr) return;
   for (const PageSide* side : {&p.key, &p.value}) {
     for (int64_t b = 0; b < side->factor_bytes; b += 64) {
-      asm volatile("prefetcht0 (%0)" : : "r"(page + side->factors + b));  // as page_loops.h's
+      PrefetchLine(page + side->factors + b);
     }
   }
 }

@@ -97,6 +97,13 @@ const QueryPin& ThreadQueryPin();
 void PinQueryRows(const float* q, int64_t n);
 void UnpinQueryRows();
 
+// Prefetches the line at p (the loops' next pages, the decode's factors).
+// (GCC deletes a loop whose body is only _mm_prefetch as one without
+// effects; the asm statement keeps each prefetch. Its operand is the
+// address in a register, not memory: with a memory operand GCC kept the
+// loops' sums in memory around it.)
+inline void PrefetchLine(const void* p) { asm volatile("prefetcht0 (%0)" : : "r"(p)); }
+
 // Where a page keeps a side's (keys' or values') tokens.
 struct PageSide {
   const PageCodec* codec = nullptr;

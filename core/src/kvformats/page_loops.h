@@ -26,12 +26,6 @@ ATTN_AVX2 inline __m128 Sum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
   return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
 }
 
-// Prefetches the line at p. (GCC deletes a loop whose body is only
-// _mm_prefetch as one without effects; the asm statement keeps each
-// prefetch. Its operand is the address in a register, not memory: with a
-// memory operand GCC kept the loops' sums in memory around it.)
-inline void PrefetchLine(const void* p) { asm volatile("prefetcht0 (%0)" : : "r"(p)); }
-
 // Prefetches the bytes [j * bytes, (j + 1) * bytes) of `next` (null: none).
 inline void PrefetchToken(const uint8_t* next, int64_t bytes, int64_t j) {
   if (next == nullptr) return;
