@@ -3,9 +3,9 @@
 // policy (`L::T` the stored element, `L::Load(p)` eight of them as an
 // __m256), never staged. A format's file (format_*.cc) instantiates them
 // with its Load. A later page (the caller's `next`) is prefetched a token
-// at a time while this one is used: a kv head's pages lie apart in the
-// pool, where the hardware's stream prefetcher would stop at each page's
-// edge. Internal to core.
+// or a line at a time while this one is used: a kv head's pages lie
+// apart in the pool, where the hardware's stream prefetcher would stop at
+// each page's edge. Internal to core.
 #pragma once
 
 #include <algorithm>
@@ -48,6 +48,15 @@ struct SpreadPrefetch {
     for (int64_t u = 0, i = (k * c + j) * per; u < per && i < total; ++u, ++i) {
       PrefetchLine(next + i * 64);
     }
+  }
+  // A prefetch every slot where a slot reads 16 columns of a token in
+  // kSz-byte elements (slots = 4 total / kSz): line (k c + j) kSz / 4, the
+  // same line twice in a row for 2-byte elements; no `next`, the same
+  // offset in `idle` (the page being read).
+  template <int64_t kSz>
+  void Sixteen(int64_t k, int64_t j, const uint8_t* idle) const {
+    const uint8_t* base = total > 0 ? next : idle;
+    PrefetchLine(base + (((k * c + j) * kSz) >> 2) * 64);
   }
   // The first two lines of the same share, without a branch or a loop (in
   // a loop body where either made GCC keep the sums in memory): past the
@@ -132,22 +141,27 @@ bool UseAvx512(int64_t width);
 template <typename L>
 ATTN_DECODE void QkFast(const float* q, int64_t rows, const typename L::T* k, int64_t c, int64_t d,
                         float* s, int64_t lds, const uint8_t* next) {
-  const int64_t tb = d * static_cast<int64_t>(sizeof(typename L::T));
+  constexpr int64_t kSz = static_cast<int64_t>(sizeof(typename L::T));
+  constexpr bool kWide = kSz >= 2;  // as PvFast's
+  const int64_t tb = d * kSz;
   int64_t r = 0;
   // Four rows against two keys: eight independent sums, so the loop runs
   // at the FMA units' rate rather than one FMA's latency.
   for (; r + 4 <= rows; r += 4) {
     const float* q0 = q + r * d;
     int64_t j = 0;
+    const uint8_t* pb = r == 0 && next != nullptr ? next : reinterpret_cast<const uint8_t*>(k);
     for (; j + 2 <= c; j += 2) {
-      if (r == 0) {
+      if (!kWide && r == 0) {
         PrefetchToken(next, tb, j);
         PrefetchToken(next, tb, j + 1);
       }
       const typename L::T* kj = k + j * d;
+      const uint8_t* pj = pb + j * tb;
       __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
       __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
       for (int64_t x = 0; x < d; x += 8) {
+        if constexpr (kWide) PrefetchLine(pj + 2 * kSz * x);  // the pair's lines, spread
         const __m256 k0 = L::Load(kj + x), k1 = L::Load(kj + d + x);
         const __m256 q0v = _mm256_loadu_ps(q0 + x), q1v = _mm256_loadu_ps(q0 + d + x);
         const __m256 q2v = _mm256_loadu_ps(q0 + 2 * d + x), q3v = _mm256_loadu_ps(q0 + 3 * d + x);
@@ -217,7 +231,16 @@ ATTN_DECODE void QkFast(const float* q, int64_t rows, const typename L::T* k, in
 template <typename L>
 ATTN_DECODE void PvFast(const float* p, int64_t rows, int64_t ldp, const typename L::T* v,
                         int64_t c, int64_t dv, float* o, const uint8_t* next) {
-  const int64_t tb = dv * static_cast<int64_t>(sizeof(typename L::T));
+  constexpr int64_t kSz = static_cast<int64_t>(sizeof(typename L::T));
+  // 2- and 4-byte elements prefetch the next page a line beside each step
+  // of the four-row loops (QK: a token pair's lines over its channel
+  // steps). A burst of a pair's 8 or 16 lines at once stalled the loops on
+  // the line fill buffers: bf16 cold, AVX2 forced on a Zen 5, 1 x 32k
+  // 4.93 -> 4.22 ms and 32 x 4k 20.1 -> 17.0 (docs/performance.md). 1-byte
+  // codes keep a token's lines at once (a line a step would ask for each
+  // line four times).
+  constexpr bool kWide = kSz >= 2;
+  const int64_t tb = dv * kSz;
   int64_t r = 0;
   // Four rows by sixteen columns: eight independent sums per key.
   for (; r + 4 <= rows; r += 4) {
@@ -231,7 +254,11 @@ ATTN_DECODE void PvFast(const float* p, int64_t rows, int64_t ldp, const typenam
       __m256 b0 = _mm256_loadu_ps(o0 + 8), b1 = _mm256_loadu_ps(o0 + dv + 8);
       __m256 b2 = _mm256_loadu_ps(o0 + 2 * dv + 8), b3 = _mm256_loadu_ps(o0 + 3 * dv + 8);
       for (int64_t j = 0; j < c; ++j) {
-        pf(x / 16, j);
+        if constexpr (kWide) {
+          pf.Sixteen<kSz>(x / 16, j, reinterpret_cast<const uint8_t*>(v));
+        } else {
+          pf(x / 16, j);
+        }
         const __m256 v0 = L::Load(v + j * dv + x), v1 = L::Load(v + j * dv + x + 8);
         const __m256 w0 = _mm256_broadcast_ss(p0 + j), w1 = _mm256_broadcast_ss(p0 + ldp + j);
         const __m256 w2 = _mm256_broadcast_ss(p0 + 2 * ldp + j);
