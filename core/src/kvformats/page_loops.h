@@ -138,6 +138,60 @@ inline PairAhead PairAheadOf(const uint8_t* next, int64_t c, int64_t dv, int64_t
 // AVX-512 tier.
 bool UseAvx512(int64_t width);
 
+// Four query rows (q0, d apart) against keys [0, c) three at a time:
+// twelve sums, and each query load feeds three FMAs (the loop had run at
+// the loads' rate, two a cycle on a Zen 5, with a load for every FMA).
+// `pb` is where the spread prefetch reads (the next page, or these keys);
+// `next` the next page or null. Returns the keys done (c rounded down to 3).
+template <typename L>
+ATTN_DECODE int64_t QkThreeKeys(const float* q0, const typename L::T* k, int64_t c, int64_t d,
+                                float* s, int64_t lds, const uint8_t* pb, const uint8_t* next) {
+  constexpr int64_t kSz = static_cast<int64_t>(sizeof(typename L::T));
+  constexpr bool kWide = kSz >= 2;  // as PvFast's
+  const int64_t tb = d * kSz;
+  int64_t j = 0;
+  for (; j + 3 <= c; j += 3) {
+    if (!kWide) {
+      for (int64_t jj = j; jj < j + 3; ++jj) PrefetchToken(next, tb, jj);
+    }
+    const typename L::T* kj = k + j * d;
+    const uint8_t* pj = pb + j * tb;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    __m256 e0 = a0, e1 = a0, e2 = a0, e3 = a0;
+    for (int64_t x = 0; x < d; x += 8) {
+      if constexpr (kWide) PrefetchLine(pj + 3 * kSz * x);  // the triple's lines, spread
+      const __m256 k0 = L::Load(kj + x), k1 = L::Load(kj + d + x), k2 = L::Load(kj + 2 * d + x);
+      __m256 qv = _mm256_loadu_ps(q0 + x);
+      a0 = _mm256_fmadd_ps(qv, k0, a0);
+      b0 = _mm256_fmadd_ps(qv, k1, b0);
+      e0 = _mm256_fmadd_ps(qv, k2, e0);
+      qv = _mm256_loadu_ps(q0 + d + x);
+      a1 = _mm256_fmadd_ps(qv, k0, a1);
+      b1 = _mm256_fmadd_ps(qv, k1, b1);
+      e1 = _mm256_fmadd_ps(qv, k2, e1);
+      qv = _mm256_loadu_ps(q0 + 2 * d + x);
+      a2 = _mm256_fmadd_ps(qv, k0, a2);
+      b2 = _mm256_fmadd_ps(qv, k1, b2);
+      e2 = _mm256_fmadd_ps(qv, k2, e2);
+      qv = _mm256_loadu_ps(q0 + 3 * d + x);
+      a3 = _mm256_fmadd_ps(qv, k0, a3);
+      b3 = _mm256_fmadd_ps(qv, k1, b3);
+      e3 = _mm256_fmadd_ps(qv, k2, e3);
+    }
+    alignas(16) float out[12];
+    _mm_store_ps(out, Sum4(a0, a1, a2, a3));
+    _mm_store_ps(out + 4, Sum4(b0, b1, b2, b3));
+    _mm_store_ps(out + 8, Sum4(e0, e1, e2, e3));
+    for (int i = 0; i < 4; ++i) {
+      s[i * lds + j] = out[i];
+      s[i * lds + j + 1] = out[4 + i];
+      s[i * lds + j + 2] = out[8 + i];
+    }
+  }
+  return j;
+}
+
 template <typename L>
 ATTN_DECODE void QkFast(const float* q, int64_t rows, const typename L::T* k, int64_t c, int64_t d,
                         float* s, int64_t lds, const uint8_t* next) {
@@ -145,54 +199,13 @@ ATTN_DECODE void QkFast(const float* q, int64_t rows, const typename L::T* k, in
   constexpr bool kWide = kSz >= 2;  // as PvFast's
   const int64_t tb = d * kSz;
   int64_t r = 0;
-  // Four rows against two keys: eight independent sums, so the loop runs
-  // at the FMA units' rate rather than one FMA's latency.
+  // Four rows against three keys (QkThreeKeys), then two: eight or twelve
+  // independent sums, so the loop runs at the FMA units' rate rather than
+  // one FMA's latency.
   for (; r + 4 <= rows; r += 4) {
     const float* q0 = q + r * d;
-    int64_t j = 0;
     const uint8_t* pb = r == 0 && next != nullptr ? next : reinterpret_cast<const uint8_t*>(k);
-    // Three keys at a time: twelve sums, and each query load feeds three
-    // FMAs (the loop had run at the loads' rate, two a cycle on a Zen 5,
-    // with a load for every FMA).
-    for (; j + 3 <= c; j += 3) {
-      if (!kWide && r == 0) {
-        for (int64_t jj = j; jj < j + 3; ++jj) PrefetchToken(next, tb, jj);
-      }
-      const typename L::T* kj = k + j * d;
-      const uint8_t* pj = pb + j * tb;
-      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-      __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
-      __m256 e0 = a0, e1 = a0, e2 = a0, e3 = a0;
-      for (int64_t x = 0; x < d; x += 8) {
-        if constexpr (kWide) PrefetchLine(pj + 3 * kSz * x);  // the triple's lines, spread
-        const __m256 k0 = L::Load(kj + x), k1 = L::Load(kj + d + x), k2 = L::Load(kj + 2 * d + x);
-        __m256 qv = _mm256_loadu_ps(q0 + x);
-        a0 = _mm256_fmadd_ps(qv, k0, a0);
-        b0 = _mm256_fmadd_ps(qv, k1, b0);
-        e0 = _mm256_fmadd_ps(qv, k2, e0);
-        qv = _mm256_loadu_ps(q0 + d + x);
-        a1 = _mm256_fmadd_ps(qv, k0, a1);
-        b1 = _mm256_fmadd_ps(qv, k1, b1);
-        e1 = _mm256_fmadd_ps(qv, k2, e1);
-        qv = _mm256_loadu_ps(q0 + 2 * d + x);
-        a2 = _mm256_fmadd_ps(qv, k0, a2);
-        b2 = _mm256_fmadd_ps(qv, k1, b2);
-        e2 = _mm256_fmadd_ps(qv, k2, e2);
-        qv = _mm256_loadu_ps(q0 + 3 * d + x);
-        a3 = _mm256_fmadd_ps(qv, k0, a3);
-        b3 = _mm256_fmadd_ps(qv, k1, b3);
-        e3 = _mm256_fmadd_ps(qv, k2, e3);
-      }
-      alignas(16) float out[12];
-      _mm_store_ps(out, Sum4(a0, a1, a2, a3));
-      _mm_store_ps(out + 4, Sum4(b0, b1, b2, b3));
-      _mm_store_ps(out + 8, Sum4(e0, e1, e2, e3));
-      for (int i = 0; i < 4; ++i) {
-        s[(r + i) * lds + j] = out[i];
-        s[(r + i) * lds + j + 1] = out[4 + i];
-        s[(r + i) * lds + j + 2] = out[8 + i];
-      }
-    }
+    int64_t j = QkThreeKeys<L>(q0, k, c, d, s + r * lds, lds, pb, r == 0 ? next : nullptr);
     for (; j + 2 <= c; j += 2) {
       if (!kWide && r == 0) {
         PrefetchToken(next, tb, j);
