@@ -288,12 +288,12 @@ ATTN_DECODE void PvFast(const float* p, int64_t rows, int64_t ldp, const typenam
                         int64_t c, int64_t dv, float* o, const uint8_t* next) {
   constexpr int64_t kSz = static_cast<int64_t>(sizeof(typename L::T));
   // 2- and 4-byte elements prefetch the next page a line beside each step
-  // of the four-row loops (QK: a token pair's lines over its channel
-  // steps). A burst of a pair's 8 or 16 lines at once stalled the loops on
-  // the line fill buffers: bf16 cold, AVX2 forced on a Zen 5, 1 x 32k
-  // 4.93 -> 4.22 ms and 32 x 4k 20.1 -> 17.0 (docs/performance.md). 1-byte
-  // codes keep a token's lines at once (a line a step would ask for each
-  // line four times).
+  // of the four-row loops (QK: a key triple's or pair's lines over its
+  // channel steps). A burst of a pair's 8 or 16 lines at once stalled the
+  // loops on the line fill buffers: bf16 cold, AVX2 forced on a Zen 5,
+  // 1 x 32k 4.93 -> 4.22 ms and 32 x 4k 20.1 -> 17.0 (docs/performance.md).
+  // 1-byte codes keep a token's lines at once (a line a step would ask for
+  // each line four times).
   constexpr bool kWide = kSz >= 2;
   const int64_t tb = dv * kSz;
   int64_t r = 0;

@@ -28,7 +28,8 @@ using Clock = std::chrono::steady_clock;
 // A plain read of 512 MiB on every CPU this process may use, best of three:
 // the bandwidth a decode step's cache reads are held against. In 2 MiB
 // pages, as the server's KV pool maps its pages (AlignedAllocator advises
-// transparent huge pages): in 4 KiB pages the read ran 10-30% slower.
+// transparent huge pages): attention-core-bench's probe read 16% slower
+// in 4 KiB pages on a Zen 5 (docs/performance.md).
 double MemoryReadGbps(int threads) {
   const size_t words = (size_t{512} << 20) / 8;
   std::vector<uint64_t, AlignedAllocator<uint64_t>> buf(words, 1);
