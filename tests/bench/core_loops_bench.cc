@@ -77,8 +77,8 @@ void BM_PageLoops(benchmark::State& state) {
       codec.pv(pg.p.data(), kRows, kTokens, pg.codes.data(), kTokens, kD, pg.o.data(), nullptr);
       benchmark::DoNotOptimize(pg.o.data());
     } else if (codec.blocked) {
-      codec.qk_block(pg.q.data(), kRows, pg.codes.data(), pg.meta.data(), kTokens, kD,
-                     pg.s.data(), kTokens, nullptr);
+      codec.qk_block(pg.q.data(), kRows, pg.codes.data(), kTokens, pg.meta.data(), 0, kTokens,
+                     kD, pg.s.data(), kTokens, nullptr);
       benchmark::DoNotOptimize(pg.s.data());
     } else {
       codec.qk(pg.q.data(), kRows, pg.codes.data(), kTokens, kD, pg.s.data(), kTokens, nullptr);

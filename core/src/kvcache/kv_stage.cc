@@ -73,9 +73,10 @@ bool SameBlockedKey(const KvSession& s, const KvLayer& layer, const PagePool& po
   const uint8_t* page = pool.Data(layer.pages[static_cast<size_t>(pos / T * hkv + g)]);
   const int64_t slot = pos % T;
   const float* meta = l.BlockMeta(page, slot / G, d);
-  const uint8_t* stored = l.key.Row(page, slot);
+  const uint8_t* block = l.key.Row(page, slot / G * G);
   for (int64_t c = 0; c < d; ++c) {
-    if (Int4Code(held[static_cast<size_t>(c)], meta[d + c], meta[c]) != Int4Nibble(stored, d, c)) {
+    if (Int4Code(held[static_cast<size_t>(c)], meta[d + c], meta[c]) !=
+        Int4KeyNibble(block, G, d, slot % G, c)) {
       return false;
     }
   }

@@ -10,6 +10,20 @@
 // being filled is kept in the cache's type until it is full (the store's
 // staging page). A value widens to min + code * scale in float32, rounded
 // once (a fused multiply-add).
+//
+// A key block's codes are laid out for the decode loops, not token by
+// token: the block's tokens in groups of 16 (the last group m < 16 of
+// them), a group's codes in units of 8 channels (an octet), and in a unit
+// each token's 8 codes as two 16-bit words, word h holding channels
+// 2k + h of the octet in its nibble k (bits 4k to 4k + 3). So the unit of
+// a whole group is 64 bytes whose words, masked or shifted to nibble k,
+// are sixteen tokens' channel pairs (2k, 2k + 1): one VPDPWSSD against a
+// broadcast query pair scores sixteen keys, and no sum crosses lanes
+// (with a row a token, a tile of 4 rows by 4 keys spent about 50 of its
+// 223 instructions reducing its sums: docs/performance.md). A group of m tokens
+// takes m * rb bytes (rb = (dim + 1) / 2, a token's share), its units 4 m
+// apart; an octet cut short by dim (the last w < 8 channels) holds each
+// token's codes in order, two a byte, low nibble first.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -58,29 +72,44 @@ inline uint8_t Get(const uint8_t* row, int64_t dim, int64_t x) {
   return high ? (row[at] >> 4) : (row[at] & 0x0F);
 }
 
-#define ATTN_INT4_512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
+constexpr int64_t kKeyGroup = 16;  // tokens a group of a key block
 
-// dst[x] = lo[x] + code[x] * scale[x] for the `full` whole chunks of 32
-// channels of a row (16 bytes each): the low nibbles are channels 0-15 of
-// a chunk, the high ones 16-31.
-ATTN_INT4_512 void WidenChunks512(const uint8_t* row, int64_t full, const float* scale,
-                                  const float* lo, float* dst) {
-  const __m512i mask = _mm512_set1_epi32(0x0F);
-  for (int64_t k = 0; k < full; ++k) {
-    const __m512i b =
-        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16 * k)));
-    const __m512 c0 = _mm512_cvtepi32_ps(_mm512_and_si512(b, mask));
-    const __m512 c1 = _mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4));
-    const int64_t x = 32 * k;
-    _mm512_storeu_ps(dst + x,
-                     _mm512_fmadd_ps(c0, _mm512_loadu_ps(scale + x), _mm512_loadu_ps(lo + x)));
-    _mm512_storeu_ps(dst + x + 16, _mm512_fmadd_ps(c1, _mm512_loadu_ps(scale + x + 16),
-                                                   _mm512_loadu_ps(lo + x + 16)));
+// Where channel x of token j of a key block of g tokens sits (the layout
+// above).
+inline void KeyWhere(int64_t g, int64_t dim, int64_t j, int64_t x, int64_t* byte, bool* high) {
+  const int64_t g0 = j / kKeyGroup * kKeyGroup, m = std::min(kKeyGroup, g - g0), i = j - g0;
+  const int64_t o = x / 8 * 8, w = std::min<int64_t>(8, dim - o), r = x - o;
+  const int64_t at = g0 * ((dim + 1) / 2) + o / 2 * m;
+  if (w == 8) {
+    *byte = at + 4 * i + 2 * (r % 2) + r / 4;
+    *high = (r / 2) % 2 == 1;
+  } else {
+    *byte = at + (w + 1) / 2 * i + r / 2;
+    *high = r % 2 == 1;
   }
 }
 
-// The same for a value row's chunks, whose scale and minimum are one per
-// group of kInt4Group channels (two chunks a group): broadcast, not read.
+inline void PutKey(uint8_t* block, int64_t g, int64_t dim, int64_t j, int64_t x, uint8_t code) {
+  int64_t at;
+  bool high;
+  KeyWhere(g, dim, j, x, &at, &high);
+  block[at] = high ? static_cast<uint8_t>((block[at] & 0x0F) | (code << 4))
+                   : static_cast<uint8_t>((block[at] & 0xF0) | code);
+}
+
+inline uint8_t GetKey(const uint8_t* block, int64_t g, int64_t dim, int64_t j, int64_t x) {
+  int64_t at;
+  bool high;
+  KeyWhere(g, dim, j, x, &at, &high);
+  return high ? (block[at] >> 4) : (block[at] & 0x0F);
+}
+
+#define ATTN_INT4_512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
+
+// dst[x] = min + code[x] * scale for the `full` whole chunks of 32
+// channels of a value row (16 bytes each: the low nibbles are channels
+// 0-15 of a chunk, the high ones 16-31), whose scale and minimum are one
+// per group of kInt4Group channels (two chunks a group): broadcast.
 ATTN_INT4_512 void WidenValueChunks512(const uint8_t* row, int64_t full, const float* meta,
                                        float* dst) {
   const __m512i mask = _mm512_set1_epi32(0x0F);
@@ -98,26 +127,8 @@ ATTN_INT4_512 void WidenValueChunks512(const uint8_t* row, int64_t full, const f
 
 #define ATTN_INT4_256 __attribute__((target("avx2,fma")))
 
-// The AVX2 twins, eight lanes at a time: bytes [8 h, 8 h + 8) of a chunk
+// The AVX2 twin, eight lanes at a time: bytes [8 h, 8 h + 8) of a chunk
 // hold channels 8 h.. (low nibbles) and 16 + 8 h.. (high ones).
-ATTN_INT4_256 void WidenChunks256(const uint8_t* row, int64_t full, const float* scale,
-                                  const float* lo, float* dst) {
-  const __m256i mask = _mm256_set1_epi32(0x0F);
-  for (int64_t k = 0; k < full; ++k) {
-    for (int64_t h = 0; h < 2; ++h) {
-      const __m256i b = _mm256_cvtepu8_epi32(
-          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + 16 * k + 8 * h)));
-      const int64_t x0 = 32 * k + 8 * h, x1 = x0 + 16;
-      _mm256_storeu_ps(dst + x0,
-                       _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(b, mask)),
-                                       _mm256_loadu_ps(scale + x0), _mm256_loadu_ps(lo + x0)));
-      _mm256_storeu_ps(dst + x1,
-                       _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4)),
-                                       _mm256_loadu_ps(scale + x1), _mm256_loadu_ps(lo + x1)));
-    }
-  }
-}
-
 ATTN_INT4_256 void WidenValueChunks256(const uint8_t* row, int64_t full, const float* meta,
                                        float* dst) {
   const __m256i mask = _mm256_set1_epi32(0x0F);
@@ -133,24 +144,6 @@ ATTN_INT4_256 void WidenValueChunks256(const uint8_t* row, int64_t full, const f
       _mm256_storeu_ps(dst + x0 + 16,
                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4)), scale, lo));
     }
-  }
-}
-
-// A row's dim codes widened: the whole chunks sixteen (or eight) lanes at a
-// time where the tier allows, the rest one by one (the same float32 arithmetic: an
-// FMA rounds once, so the scalar form uses fmaf).
-void WidenRow(const uint8_t* row, int64_t dim, const float* scale, const float* lo, float* dst) {
-  static const bool wide = UseAvx512(16), avx2 = InRegisterTier();
-  int64_t done = 0;
-  if (wide) {
-    done = dim / 32 * 32;
-    WidenChunks512(row, dim / 32, scale, lo, dst);
-  } else if (avx2) {
-    done = dim / 32 * 32;
-    WidenChunks256(row, dim / 32, scale, lo, dst);
-  }
-  for (int64_t x = done; x < dim; ++x) {
-    dst[x] = std::fmaf(static_cast<float>(Get(row, dim, x)), scale[x], lo[x]);
   }
 }
 
@@ -210,15 +203,32 @@ void QuantizeBlock(const float* staged, int64_t g, int64_t dim, uint8_t* rows, f
     const float scale = static_cast<float>((static_cast<double>(hi) - lo) / 15.0);
     meta[x] = scale;
     meta[dim + x] = lo;
-    for (int64_t j = 0; j < g; ++j) {
-      Put(rows + j * rb, dim, x, Code(staged[j * dim + x], lo, scale));
-    }
+    for (int64_t j = 0; j < g; ++j) PutKey(rows, g, dim, j, x, Code(staged[j * dim + x], lo, scale));
   }
 }
 
-void WidenBlock(const uint8_t* rows, const float* meta, int64_t c, int64_t dim, float* dst) {
-  const int64_t rb = KeyRowBytes(dim);
-  for (int64_t j = 0; j < c; ++j) WidenRow(rows + j * rb, dim, meta, meta + dim, dst + j * dim);
+// Tokens [j, j + c) of a block of g: a whole octet's 8 codes are one
+// 32-bit read (channel 2k + h at bit 16 h + 4 k); the rest one by one.
+void WidenBlock(const uint8_t* block, int64_t g, const float* meta, int64_t j, int64_t c,
+                int64_t dim, float* dst) {
+  const int64_t rb = KeyRowBytes(dim), full = dim / 8 * 8;
+  const float *scale = meta, *lo = meta + dim;
+  for (int64_t t = j; t < j + c; ++t) {
+    const int64_t g0 = t / kKeyGroup * kKeyGroup, m = std::min(kKeyGroup, g - g0), i = t - g0;
+    const uint8_t* unit = block + g0 * rb + 4 * i;
+    float* out = dst + (t - j) * dim;
+    for (int64_t o = 0; o < full; o += 8) {
+      uint32_t w;
+      std::memcpy(&w, unit + o / 2 * m, 4);
+      for (int64_t r = 0; r < 8; ++r) {
+        const uint32_t code = (w >> (16 * (r % 2) + 4 * (r / 2))) & 0x0F;
+        out[o + r] = std::fmaf(static_cast<float>(code), scale[o + r], lo[o + r]);
+      }
+    }
+    for (int64_t x = full; x < dim; ++x) {
+      out[x] = std::fmaf(static_cast<float>(GetKey(block, g, dim, t, x)), scale[x], lo[x]);
+    }
+  }
 }
 
 // The tokens' group scales (f, not yet over the page's largest) and
@@ -226,13 +236,13 @@ void WidenBlock(const uint8_t* rows, const float* meta, int64_t c, int64_t dim, 
 // scale (smax), from the (scale, min) pairs at meta + j * rb of token j:
 // sixteen tokens of a group at a time, gathered.
 ATTN_INT4_512 void GatheredMeta(const uint8_t* meta0, int64_t rb, int64_t c, int64_t groups,
-                                float* f0, float* mg0, float* smax) {
+                                int64_t ld, float* f0, float* mg0, float* smax) {
   const __m512i at =
       _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                          _mm512_set1_epi32(static_cast<int>(rb / 4)));
   for (int64_t g = 0; g < groups; ++g) {
     const float* meta = reinterpret_cast<const float*>(meta0 + 8 * g);
-    float *f = f0 + g * c, *mg = mg0 + g * c;
+    float *f = f0 + g * ld, *mg = mg0 + g * ld;
     __m512 sm = _mm512_setzero_ps();
     for (int64_t j = 0; j < c; j += 16) {
       const __mmask16 k = Lanes16(c - j);
@@ -253,14 +263,14 @@ ATTN_INT4_512 void GatheredMeta(const uint8_t* meta0, int64_t rb, int64_t c, int
 // lanes put sixteen tokens' scales (or minimums) of a group in order. The
 // same values as GatheredMeta, whose gathers took half of this
 // preparation (a tenth of an int4 step at 1 x 32k on a Zen 5).
-ATTN_INT4_512 void TwoGroupsMeta(const uint8_t* meta0, int64_t rb, int64_t c, float* f0, float* mg0,
-                                 float* smax) {
+ATTN_INT4_512 void TwoGroupsMeta(const uint8_t* meta0, int64_t rb, int64_t c, int64_t ld, float* f0,
+                                 float* mg0, float* smax) {
   // Lanes 0-7: the scale of group 0 of tokens 0-7 (four in each operand,
   // four floats a token), 8-15: their minimum; `second`: group 1's.
   const __m512i first = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29);
   const __m512i second = _mm512_add_epi32(first, _mm512_set1_epi32(2));
   alignas(16) static const float kNone[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  float *f1 = f0 + c, *mg1 = mg0 + c;
+  float *f1 = f0 + ld, *mg1 = mg0 + ld;
   __m512 sm0 = _mm512_setzero_ps(), sm1 = sm0;
   const __m512 eight = _mm512_set1_ps(8.0f);
   for (int64_t j = 0; j < c; j += 16) {
@@ -298,12 +308,14 @@ ATTN_INT4_512 void TwoGroupsMeta(const uint8_t* meta0, int64_t rb, int64_t c, fl
 }  // namespace
 
 uint8_t Int4Code(double x, float lo, float scale) { return Code(x, lo, scale); }
-uint8_t Int4Nibble(const uint8_t* row, int64_t dim, int64_t x) { return Get(row, dim, x); }
+uint8_t Int4KeyNibble(const uint8_t* block, int64_t g, int64_t dim, int64_t j, int64_t x) {
+  return GetKey(block, g, dim, j, x);
+}
 
-void Int4ValueMeta(const uint8_t* meta0, int64_t rb, int64_t c, int64_t groups, float* f, float* mg,
-                   float* smax) {
-  if (groups == 2) return TwoGroupsMeta(meta0, rb, c, f, mg, smax);
-  GatheredMeta(meta0, rb, c, groups, f, mg, smax);
+void Int4ValueMeta(const uint8_t* meta0, int64_t rb, int64_t c, int64_t groups, int64_t ld,
+                   float* f, float* mg, float* smax) {
+  if (groups == 2) return TwoGroupsMeta(meta0, rb, c, ld, f, mg, smax);
+  GatheredMeta(meta0, rb, c, groups, ld, f, mg, smax);
 }
 
 const PageCodec& Int4ValuesCodec() {

@@ -1,17 +1,16 @@
 // The decode kernel's loops over int4 codes in integer units, on the
 // AVX-512 tier for widths that are multiples of 32 (formats.h).
 //
-// A row's codes are read 64 bytes (128 channels) at a time, in registers.
-//
 // QK: a key block stores channel x as min_x + code * scale_x, so
 //   q . k = sum_x (q_x scale_x) code_x + sum_x q_x min_x.
 // The first sum takes the query times the block's scales, rounded to int16
 // against its largest (at most 2^-16 of it off an element, as the int8
-// loops' query) and laid out in the order the 64 bytes split into four
-// vectors of 32 codes as int16, VPDPWSSD (AVX512-VNNI; VPMADDWD
-// otherwise); the second is a float per row and block. (An int8 query,
-// twice the products an instruction, cost int4 keys most of their gain on
-// keys with outlier channels: docs/precision.md.)
+// loops' query), a channel pair broadcast against a 64-byte unit of the
+// block's codes (sixteen tokens' pairs of an octet, format_int4.cc):
+// VPDPWSSD (AVX512-VNNI; VPMADDWD otherwise) sums sixteen keys' products
+// in their own lanes; the second sum is a float per row and block. (An
+// int8 query, twice the products an instruction, cost int4 keys most of
+// their gain on keys with outlier channels: docs/precision.md.)
 // PV: a value row stores channel x of group g as min_g + code * scale_g, so
 //   sum_j p_j v_jx = sum_j (p_j scale_jg) (code_jx - 8)
 //                  + sum_j p_j (min_jg + 8 scale_jg).
@@ -61,18 +60,15 @@ ATTN_I4 inline __m512i Segment(const uint8_t* row, int64_t m, __mmask64 mask) {
 
 // ---- QK -------------------------------------------------------------------
 
-// A block's query rows: [rows][segment][4][32] int16 in the nibbles'
-// order, their scales and the rows' sums against the block's minimums.
+// A block's query rows: [rows][d] int16 in channel order, their scales and
+// the rows' sums against the block's minimums.
 struct BlockQuery {
-  LineVector<int16_t> q, dense;
+  LineVector<int16_t> q;
   std::vector<float> scale, bias, tmp;
 };
 
-// A segment read as 32 words gives four vectors of 32 codes as int16:
-// word w's bits 0-3, 4-7, 8-11 and 12-15, the low and high nibbles of
-// bytes 2w and 2w + 1. Byte b holds channels 32 (b / 16) + b % 16 (low)
-// and that plus 16 (high), so vector k's lane w is channel
-// 32 (w / 8) + 16 (k % 2) + 2 (w % 8) + k / 2 of the segment.
+// Nibble k of each 16-bit word: a unit's sixteen tokens' channel pairs
+// (2k, 2k + 1) of its octet (format_int4.cc's layout).
 template <int kV>
 ATTN_I4 inline __m512i Nibbles16(__m512i v) {
   if constexpr (kV == 3) return _mm512_srli_epi16(v, 12);
@@ -81,41 +77,15 @@ ATTN_I4 inline __m512i Nibbles16(__m512i v) {
   return _mm512_and_si512(_mm512_srli_epi16(v, 4 * kV), m);
 }
 
-// Nibbles16's order as permutex2var indices over two vectors of 32
-// channels (lanes 0-15 from chunks 0 and 1 of a segment, 16-31 from 2 and
-// 3 the same way), built once.
-struct NibbleIndex {
-  alignas(64) int16_t at[4][32];
-};
-
-const NibbleIndex& NibbleOrder() {
-  static const NibbleIndex order = [] {
-    NibbleIndex o{};
-    for (int k = 0; k < 4; ++k) {
-      for (int w = 0; w < 32; ++w) {
-        o.at[k][w] = static_cast<int16_t>(32 * ((w / 8) % 2) + 16 * (k % 2) + 2 * (w % 8) + k / 2);
-      }
-    }
-    return o;
-  }();
-  return order;
-}
-
 // The query times the block's scales rounded to int16 against each row's
-// largest, in Nibbles16's order; false: a row not finite.
+// largest; false: a row not finite.
 ATTN_I4 bool PrepareQuery(const float* q, int64_t rows, int64_t d, const float* meta,
                           BlockQuery* out) {
-  const int64_t segs = (d + 127) / 128;
-  out->q.resize(static_cast<size_t>(rows * segs * 128));
-  out->dense.assign(static_cast<size_t>(segs * 128), 0);  // zeros past d
+  out->q.resize(static_cast<size_t>(rows * d));
   out->scale.resize(static_cast<size_t>(rows));
   out->bias.resize(static_cast<size_t>(rows));
   out->tmp.resize(static_cast<size_t>(d));
   float* t = out->tmp.data();
-  int16_t* dense = out->dense.data();
-  const NibbleIndex& order = NibbleOrder();
-  __m512i idx[4];
-  for (int k = 0; k < 4; ++k) idx[k] = _mm512_load_si512(order.at[k]);
   for (int64_t r = 0; r < rows; ++r) {
     const float* qr = q + r * d;
     __m512 amax = _mm512_setzero_ps(), bias = amax;
@@ -131,167 +101,210 @@ ATTN_I4 bool PrepareQuery(const float* q, int64_t rows, int64_t d, const float* 
     out->scale[static_cast<size_t>(r)] = m / 32767.0f;
     out->bias[static_cast<size_t>(r)] = b;
     const __m512 inv = _mm512_set1_ps(m > 0.0f ? 32767.0f / m : 0.0f);
+    int16_t* dst = out->q.data() + r * d;
     for (int64_t x = 0; x < d; x += 16) {
       const __m512i c = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(t + x), inv));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dense + x), _mm512_cvtsepi32_epi16(c));
-    }
-    int16_t* dst = out->q.data() + r * segs * 128;
-    for (int64_t seg = 0; seg < segs; ++seg) {
-      const int16_t* in = dense + seg * 128;
-      const __m512i i0 = _mm512_loadu_si512(in), i1 = _mm512_loadu_si512(in + 32);
-      const __m512i i2 = _mm512_loadu_si512(in + 64), i3 = _mm512_loadu_si512(in + 96);
-      for (int k = 0; k < 4; ++k) {  // lanes 0-15: chunks 0 and 1, 16-31: chunks 2 and 3
-        const __m512i lo = _mm512_permutex2var_epi16(i0, idx[k], i1);
-        const __m512i hi = _mm512_permutex2var_epi16(i2, idx[k], i3);
-        _mm512_storeu_si512(dst + seg * 128 + 32 * k, _mm512_mask_blend_epi16(0xFFFF0000u, lo, hi));
-      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + x), _mm512_cvtsepi32_epi16(c));
     }
   }
   return true;
 }
 
-// acc[4 rr + t] += row rr's int16 query (segs * 128 apart from q0) times
-// key t's codes of vector kV.
-template <bool kVnni, int R, int K, int kV>
-ATTN_I4_VNNI inline void TileVector(const __m512i* w, const int16_t* q0, int64_t segs,
-                                    __m512i* acc) {
-  __m512i n[K];
-#pragma GCC unroll 16
-  for (int t = 0; t < K; ++t) n[t] = Nibbles16<kV>(w[t]);
-#pragma GCC unroll 16
+// Where a tile's groups are: the first's codes, the bytes from a group to
+// the next (whole groups), a unit's stride in them (64, or 4 m for a group
+// of m < 16 tokens) and the bytes a unit loads; their first token's score
+// column (from the run's, may be before it) and the lanes each stores.
+struct TileGroups {
+  const uint8_t* codes;
+  int64_t group_bytes, unit_stride;
+  __mmask64 load;
+  int64_t column;
+  __mmask16 store[4];
+  const uint8_t* next;  // the same bytes of the page read next, or null
+};
+
+// acc[rr][kB + b] += row rr's query pair (2k, 2k + 1) of octet o times
+// unit b's nibbles k.
+template <bool kVnni, int R, int U, int kV, int kB>
+ATTN_I4_VNNI inline void OctetDots(const __m512i* u, const int16_t* q0, int64_t d, int64_t o,
+                                   __m512i (*acc)[4]) {
+  __m512i n[U];
+#pragma GCC unroll 4
+  for (int b = 0; b < U; ++b) n[b] = Nibbles16<kV>(u[b]);
+#pragma GCC unroll 4
   for (int rr = 0; rr < R; ++rr) {
-    const __m512i qv = _mm512_loadu_si512(q0 + rr * segs * 128 + 32 * kV);
-#pragma GCC unroll 16
-    for (int t = 0; t < K; ++t) acc[rr * 4 + t] = DotWords<kVnni>(acc[rr * 4 + t], n[t], qv);
+    int32_t pair;
+    std::memcpy(&pair, q0 + rr * d + 8 * o + 2 * kV, 4);
+    const __m512i qv = _mm512_set1_epi32(pair);
+#pragma GCC unroll 4
+    for (int b = 0; b < U; ++b) acc[rr][kB + b] = DotWords<kVnni>(acc[rr][kB + b], n[b], qv);
   }
 }
 
-// Rows [r0, r0 + R) against keys [j, j + K) (R, K <= 4): sixteen sums put
-// together once (SumEach16), lane 4 rr + t row rr's key t. kD: d as a
-// constant (0: not), so that the compiler unrolls the segments and
-// overlaps a tile's sums with the next tile's products.
-template <bool kVnni, int R, int K, int kD = 0>
-ATTN_I4_VNNI void Tile(const BlockQuery& bq, int64_t r0, const uint8_t* k, int64_t rb, int64_t j,
-                       int64_t dd, float* s, int64_t lds, const uint8_t* next) {
-  const int64_t d = kD != 0 ? kD : dd;
-  const int64_t segs = (d + 127) / 128, bytes = d / 2;
-  __m512i acc[16];
-#pragma GCC unroll 16
-  for (auto& a : acc) a = _mm512_setzero_si512();
-#pragma GCC unroll 16
-  for (int t = 0; t < K; ++t) PrefetchToken(next, rb, j + t);
-  for (int64_t m = 0; m < segs; ++m) {
-    __m512i w[K];
-    const __mmask64 mask = SegmentMask(m, bytes);
-#pragma GCC unroll 16
-    for (int t = 0; t < K; ++t) w[t] = Segment(k + (j + t) * rb, m, mask);
-    const int16_t* q0 = bq.q.data() + (r0 * segs + m) * 128;
-    TileVector<kVnni, R, K, 0>(w, q0, segs, acc);
-    TileVector<kVnni, R, K, 1>(w, q0, segs, acc);
-    TileVector<kVnni, R, K, 2>(w, q0, segs, acc);
-    TileVector<kVnni, R, K, 3>(w, q0, segs, acc);
-  }
-  const __m512 all = _mm512_cvtepi32_ps(SumEach16(acc));
-  if constexpr (R == 4 && K == 4) {  // block rr: row rr's four keys
-    const float *sc = bq.scale.data() + r0, *b = bq.bias.data() + r0;
-    StoreQuad(s + r0 * lds + j, lds, _mm512_fmadd_ps(all, QuadOf(sc), QuadOf(b)));
-    return;
-  }
-  alignas(64) float sums[16];
-  _mm512_store_ps(sums, all);
-#pragma GCC unroll 16
+template <bool kVnni, int R, int U, int kB>
+ATTN_I4_VNNI inline void UnitDots(const __m512i* u, const int16_t* q0, int64_t d, int64_t o,
+                                  __m512i (*acc)[4]) {
+  OctetDots<kVnni, R, U, 0, kB>(u, q0, d, o, acc);
+  OctetDots<kVnni, R, U, 1, kB>(u, q0, d, o, acc);
+  OctetDots<kVnni, R, U, 2, kB>(u, q0, d, o, acc);
+  OctetDots<kVnni, R, U, 3, kB>(u, q0, d, o, acc);
+}
+
+// Rows [r0, r0 + R) against NG groups of a block (NG <= 4): sixteen keys a
+// vector, R * NG sums. One group alone takes its octets two at a time into
+// two sets of sums (one chain of d / 2 VPDPWSSD a row would wait on their
+// latency).
+template <bool kVnni, int R, int NG>
+ATTN_I4_VNNI void Tile(const BlockQuery& bq, int64_t r0, int64_t d, const TileGroups& tg,
+                       float* s, int64_t lds) {
+  constexpr int U = NG == 1 ? 2 : NG;  // units a step
+  __m512i acc[R][4];
+#pragma GCC unroll 4
   for (int rr = 0; rr < R; ++rr) {
-    const float sc = bq.scale[static_cast<size_t>(r0 + rr)];
-    const float b = bq.bias[static_cast<size_t>(r0 + rr)];
-#pragma GCC unroll 16
-    for (int t = 0; t < K; ++t) s[(r0 + rr) * lds + j + t] = sums[rr * 4 + t] * sc + b;
+#pragma GCC unroll 4
+    for (int b = 0; b < 4; ++b) acc[rr][b] = _mm512_setzero_si512();
+  }
+  const int16_t* q0 = bq.q.data() + r0 * d;
+  for (int64_t o = 0; o < d / 8; o += (NG == 1 ? 2 : 1)) {
+    __m512i u[U];
+#pragma GCC unroll 4
+    for (int b = 0; b < U; ++b) {  // group b's unit o; one group: its units o and o + 1
+      const int64_t at = NG == 1 ? (o + b) * tg.unit_stride : b * tg.group_bytes + o * tg.unit_stride;
+      u[b] = _mm512_maskz_loadu_epi8(tg.load, tg.codes + at);
+      if (tg.next != nullptr) PrefetchLine(tg.next + at);
+    }
+    if constexpr (NG == 1) {
+      UnitDots<kVnni, R, 1, 0>(u, q0, d, o, acc);
+      UnitDots<kVnni, R, 1, 1>(u + 1, q0, d, o + 1, acc);
+    } else {
+      UnitDots<kVnni, R, NG, 0>(u, q0, d, o, acc);
+    }
+  }
+#pragma GCC unroll 4
+  for (int rr = 0; rr < R; ++rr) {
+    const __m512 sc = _mm512_set1_ps(bq.scale[static_cast<size_t>(r0 + rr)]);
+    const __m512 bias = _mm512_set1_ps(bq.bias[static_cast<size_t>(r0 + rr)]);
+    float* row = s + (r0 + rr) * lds + tg.column;
+#pragma GCC unroll 4
+    for (int g = 0; g < NG; ++g) {
+      const __m512i sum = NG == 1 ? _mm512_add_epi32(acc[rr][0], acc[rr][1]) : acc[rr][g];
+      _mm512_mask_storeu_ps(row + 16 * g, tg.store[g],
+                            _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), sc, bias));
+    }
   }
 }
 
-// (kD as Tile's; a block's last keys too: 2% of an int4 step at d 128
-// on the generic tile.)
-template <bool kVnni, int R, int kD>
-ATTN_I4_VNNI void TileRows(const BlockQuery& bq, int64_t r0, const uint8_t* k, int64_t rb,
-                           int64_t c, int64_t d, float* s, int64_t lds, const uint8_t* next) {
-  int64_t j = 0;
-  for (; j + 4 <= c; j += 4) Tile<kVnni, R, 4, kD>(bq, r0, k, rb, j, d, s, lds, next);
-  for (; j < c; ++j) Tile<kVnni, R, 1, kD>(bq, r0, k, rb, j, d, s, lds, next);
-}
-
-template <bool kVnni, int kD>
-void QkBlockRows(const BlockQuery& bq, int64_t rows, const uint8_t* k, int64_t c, int64_t d,
-                 float* s, int64_t lds, const uint8_t* next) {
-  const int64_t rb = d / 2;
+template <bool kVnni, int NG>
+void TileRows(const BlockQuery& bq, int64_t rows, int64_t d, const TileGroups& tg, float* s,
+              int64_t lds) {
   int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) {
-    TileRows<kVnni, 4, kD>(bq, r, k, rb, c, d, s, lds, r == 0 ? next : nullptr);
-  }
-  for (; r < rows; ++r) {
-    TileRows<kVnni, 1, kD>(bq, r, k, rb, c, d, s, lds, r == 0 ? next : nullptr);
+  for (; r + 4 <= rows; r += 4) Tile<kVnni, 4, NG>(bq, r, d, tg, s, lds);
+  switch (rows - r) {
+    case 3: return Tile<kVnni, 3, NG>(bq, r, d, tg, s, lds);
+    case 2: return Tile<kVnni, 2, NG>(bq, r, d, tg, s, lds);
+    case 1: return Tile<kVnni, 1, NG>(bq, r, d, tg, s, lds);
+    default: return;
   }
 }
 
+// Tokens [j, j + c) of a block of g: whole groups four at a time (fewer
+// at the run's end), a group of fewer than 16 tokens alone; each group's
+// lanes outside the run left unwritten.
 template <bool kVnni>
-void QkBlock(const BlockQuery& bq, int64_t rows, const uint8_t* k, int64_t c, int64_t d, float* s,
-             int64_t lds, const uint8_t* next) {
-  if (d == 128) return QkBlockRows<kVnni, 128>(bq, rows, k, c, d, s, lds, next);
-  QkBlockRows<kVnni, 0>(bq, rows, k, c, d, s, lds, next);
+void QkBlock(const BlockQuery& bq, int64_t rows, const uint8_t* block, int64_t g, int64_t j,
+             int64_t c, int64_t d, float* s, int64_t lds, const uint8_t* next) {
+  const int64_t rb = d / 2, gb = 16 * rb;
+  const auto lanes = [&](int64_t g0, int64_t m) {  // run tokens among g0's m
+    const int64_t lo = std::max<int64_t>(0, j - g0), hi = std::min(m, j + c - g0);
+    return static_cast<__mmask16>(((1u << hi) - 1) & ~((1u << lo) - 1));
+  };
+  for (int64_t g0 = j / 16 * 16; g0 < j + c;) {
+    TileGroups tg{block + g0 * rb, gb, 64, ~__mmask64{0}, g0 - j, {0, 0, 0, 0},
+                  next != nullptr ? next + g0 * rb : nullptr};
+    const int64_t m = std::min<int64_t>(16, g - g0);
+    if (m < 16) {  // the block's last group, units 4 m apart
+      tg.unit_stride = 4 * m;
+      tg.load = (uint64_t{1} << (4 * m)) - 1;
+      tg.store[0] = lanes(g0, m);
+      TileRows<kVnni, 1>(bq, rows, d, tg, s, lds);
+      return;
+    }
+    int ng = 0;
+    while (ng < 4 && g0 + 16 * ng < j + c && g0 + 16 * (ng + 1) <= g) {
+      tg.store[ng] = lanes(g0 + 16 * ng, 16);
+      ++ng;
+    }
+    switch (ng) {
+      case 4: TileRows<kVnni, 4>(bq, rows, d, tg, s, lds); break;
+      case 3: TileRows<kVnni, 3>(bq, rows, d, tg, s, lds); break;
+      case 2: TileRows<kVnni, 2>(bq, rows, d, tg, s, lds); break;
+      default: TileRows<kVnni, 1>(bq, rows, d, tg, s, lds); break;
+    }
+    g0 += 16 * ng;
+  }
 }
 
 // ---- PV -------------------------------------------------------------------
 
 // Each row's weights times the tokens' scales per group, as unsigned bytes
-// over the tokens padded to a multiple of four: w [rows][groups][cp]; and
+// over the tokens padded to a multiple of 16: w [rows][groups][cp]; and
 // each (row, group)'s scale and its sum of weights times minimums. A byte
 // is p_j scale_jg against the row's largest weight times the group's
 // largest scale on the page (f_jg = scale_jg / that, once a page), so
-// that a row takes one pass a group.
+// that a row takes one pass a group. The pad (weights 0) lets every loop
+// but the first over a row's weights run unmasked (their masks and tail
+// tests took half of this preparation's instructions).
 struct RowWeights {
   LineVector<uint8_t> w;
-  std::vector<float> scale, bias, f, mg, smax;
+  LineVector<float> f, mg, row;  // f, mg: [group][cp], 0 past c; row: a row's weights, padded
+  std::vector<float> scale, bias, smax;
   int64_t cp = 0;
 };
 
 ATTN_I4 void PrepareWeights(const float* p, int64_t rows, int64_t ldp, const uint8_t* v, int64_t c,
                             int64_t dv, RowWeights* out) {
   const int64_t groups = (dv + kGroup - 1) / kGroup, codes = dv / 2;
-  const int64_t rb = codes + groups * 8, cp = (c + 3) / 4 * 4;
+  const int64_t rb = codes + groups * 8, cp = (c + 15) / 16 * 16;
   out->cp = cp;
   out->w.resize(static_cast<size_t>(rows * groups * cp));
   out->scale.resize(static_cast<size_t>(rows * groups));
   out->bias.resize(static_cast<size_t>(rows * groups));
-  out->f.resize(static_cast<size_t>(groups * c));  // [group][token]
-  out->mg.resize(static_cast<size_t>(groups * c));
+  out->f.resize(static_cast<size_t>(groups * cp));
+  out->mg.resize(static_cast<size_t>(groups * cp));
+  out->row.resize(static_cast<size_t>(cp));
   out->smax.resize(static_cast<size_t>(groups));
-  float* smax = out->smax.data();
-  Int4ValueMeta(v + codes, rb, c, groups, out->f.data(), out->mg.data(), smax);
+  float *smax = out->smax.data(), *row = out->row.data();
+  Int4ValueMeta(v + codes, rb, c, groups, cp, out->f.data(), out->mg.data(), smax);
   for (int64_t g = 0; g < groups; ++g) {
-    float* f = out->f.data() + g * c;
+    float* f = out->f.data() + g * cp;
+    const __mmask16 pad = static_cast<__mmask16>(~Lanes16(c - (cp - 16)));  // past c: 0
+    _mm512_mask_storeu_ps(f + cp - 16, pad, _mm512_setzero_ps());
+    _mm512_mask_storeu_ps(out->mg.data() + g * cp + cp - 16, pad, _mm512_setzero_ps());
     const __m512 inv = _mm512_set1_ps(smax[g] > 0.0f ? 1.0f / smax[g] : 0.0f);
-    for (int64_t j = 0; j < c; j += 16) {
-      const __mmask16 k = Lanes16(c - j);
-      _mm512_mask_storeu_ps(f + j, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, f + j), inv));
+    for (int64_t j = 0; j < cp; j += 16) {
+      _mm512_store_ps(f + j, _mm512_mul_ps(_mm512_load_ps(f + j), inv));
     }
   }
   for (int64_t r = 0; r < rows; ++r) {
     const float* pr = p + r * ldp;
     __m512 pm = _mm512_setzero_ps();
-    for (int64_t j = 0; j < c; j += 16) {
-      pm = _mm512_max_ps(pm, _mm512_maskz_loadu_ps(Lanes16(c - j), pr + j));
+    for (int64_t j = 0; j < cp; j += 16) {  // the row padded with zeros, and its largest
+      const __m512 x = _mm512_maskz_loadu_ps(Lanes16(c - j), pr + j);
+      _mm512_store_ps(row + j, x);
+      pm = _mm512_max_ps(pm, x);
     }
     const float pmax = _mm512_reduce_max_ps(pm);
     const __m512 inv = _mm512_set1_ps(pmax > 0.0f ? 255.0f / pmax : 0.0f);
     for (int64_t g = 0; g < groups; ++g) {
-      const float *f = out->f.data() + g * c, *mg = out->mg.data() + g * c;
+      const float *f = out->f.data() + g * cp, *mg = out->mg.data() + g * cp;
       uint8_t* dst = out->w.data() + (r * groups + g) * cp;
       __m512 bias = _mm512_setzero_ps();
       for (int64_t j = 0; j < cp; j += 16) {
-        const __mmask16 k = Lanes16(c - j);
-        const __m512 pv = _mm512_maskz_loadu_ps(k, pr + j);
-        const __m512 w = _mm512_mul_ps(_mm512_mul_ps(pv, inv), _mm512_maskz_loadu_ps(k, f + j));
+        const __m512 pv = _mm512_load_ps(row + j);
+        const __m512 w = _mm512_mul_ps(_mm512_mul_ps(pv, inv), _mm512_load_ps(f + j));
         const __m512i q = _mm512_max_epi32(_mm512_cvtps_epi32(w), _mm512_setzero_si512());
-        _mm_mask_storeu_epi8(dst + j, Lanes16(cp - j), _mm512_cvtusepi32_epi8(q));
-        bias = _mm512_fmadd_ps(pv, _mm512_maskz_loadu_ps(k, mg + j), bias);
+        _mm_store_si128(reinterpret_cast<__m128i*>(dst + j), _mm512_cvtusepi32_epi8(q));
+        bias = _mm512_fmadd_ps(pv, _mm512_load_ps(mg + j), bias);
       }
       out->scale[static_cast<size_t>(r * groups + g)] = pmax / 255.0f * smax[g];
       out->bias[static_cast<size_t>(r * groups + g)] = _mm512_reduce_add_ps(bias);
@@ -404,22 +417,23 @@ void PvValues(const RowWeights& rw, int64_t rows, const uint8_t* v, int64_t c, i
 
 bool Int4Loops(int64_t width) { return InRegisterTier() && width % 32 == 0; }
 
-void QkInt4Block(const float* q, int64_t rows, const uint8_t* k, const float* meta, int64_t c,
-                 int64_t d, float* s, int64_t lds, const uint8_t* next) {
+void QkInt4Block(const float* q, int64_t rows, const uint8_t* block, int64_t g, const float* meta,
+                 int64_t j, int64_t c, int64_t d, float* s, int64_t lds, const uint8_t* next) {
   thread_local BlockQuery bq;
-  const bool done = UseAvx512(d) ? PrepareQuery(q, rows, d, meta, &bq)
-                                 : QkInt4Block256(q, rows, k, meta, c, d, s, lds, next);
+  const bool done =
+      UseAvx512(d) ? PrepareQuery(q, rows, d, meta, &bq)
+                   : QkInt4Block256(q, rows, block, g, meta, j, c, d, s, lds, next);
   if (!done) {  // a NaN or inf query: widened, in float32
     thread_local std::vector<float> keys;
     keys.resize(static_cast<size_t>(c * d));
-    Int4KeysCodec().widen_block(k, meta, c, d, keys.data());
+    Int4KeysCodec().widen_block(block, g, meta, j, c, d, keys.data());
     Float32Codec().qk(q, rows, reinterpret_cast<const uint8_t*>(keys.data()), c, d, s, lds,
                       nullptr);
     return;
   }
   if (!UseAvx512(d)) return;
-  if (UseAvx512Vnni()) return QkBlock<true>(bq, rows, k, c, d, s, lds, next);
-  QkBlock<false>(bq, rows, k, c, d, s, lds, next);
+  if (UseAvx512Vnni()) return QkBlock<true>(bq, rows, block, g, j, c, d, s, lds, next);
+  QkBlock<false>(bq, rows, block, g, j, c, d, s, lds, next);
 }
 
 void PvInt4Values(const float* p, int64_t rows, int64_t ldp, const uint8_t* v, int64_t c,

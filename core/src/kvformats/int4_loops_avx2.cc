@@ -5,17 +5,17 @@
 // tier widened each page to float32 in memory and read it back, and an
 // int4 step cost 1.8 times a bf16 one.
 //
-// A row's codes are read 16 bytes (32 channels) at a time: VPMOVZXBW puts
-// byte b in word b, whose low nibble is channel b and whose top bits are
-// channel b + 16 (the row's layout: byte b of a 16-byte chunk holds
-// channels b and b + 16 of the chunk's 32), so one AND and one shift give
-// two vectors of sixteen codes in channel order, and the query needs no
-// reordering.
-//
 // QK: q . k = sum_x (q_x scale_x) code_x + sum_x q_x min_x, the first sum
 // with the query times the block's scales rounded to int16 against the
-// row's largest (VPMADDWD into int32), the second a float per row and
-// block.
+// row's largest, a channel pair broadcast against half a unit of the
+// block's codes (eight tokens' pairs of an octet, format_int4.cc's
+// layout): VPMADDWD sums eight keys' products in their own lanes, added
+// into int32; the second sum is a float per row and block.
+// Value rows are read 16 bytes (32 channels) at a time: VPMOVZXBW puts
+// byte b in word b, whose low nibble is channel b and whose top bits are
+// channel b + 16 (byte b of a 16-byte chunk holds channels b and b + 16 of
+// the chunk's 32), so one AND and one shift give two vectors of sixteen
+// codes in channel order.
 // PV: sum_j p_j v_jx = sum_j (p_j scale_jg) (code_jx - 8)
 //                    + sum_j p_j (min_jg + 8 scale_jg),
 // the first sum with each row's weights times the tokens' scales as
@@ -39,14 +39,6 @@ namespace {
 
 constexpr int64_t kGroup = 64;  // value channels a (scale, min), as format_int4.cc
 constexpr int64_t kPairsInInt16 = 8;
-
-// Thirty-two codes of a 16-byte chunk as int16: channels 0-15 (low
-// nibbles) and 16-31 (high) of the chunk.
-ATTN_DECODE inline void ChunkWords(const uint8_t* p, __m256i* lo, __m256i* hi) {
-  const __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  *lo = _mm256_and_si256(w, _mm256_set1_epi16(0x0F));
-  *hi = _mm256_srli_epi16(w, 4);
-}
 
 // ---- QK -------------------------------------------------------------------
 
@@ -93,57 +85,93 @@ ATTN_DECODE bool PrepareQuery(const float* q, int64_t rows, int64_t d, const flo
   return true;
 }
 
-// acc[rr] += row rr's query (d apart from q0) times a key's 32 codes from
-// `chunk` (channels x0 to x0 + 31), each sum added in turn (a tree of
-// them over the unrolled chunks kept GCC's products in memory).
-template <int R>
-ATTN_DECODE inline void ChunkDots(const uint8_t* chunk, const int16_t* q0, int64_t d, int64_t x0,
-                                  __m256i* acc) {
-  __m256i lo, hi;
-  ChunkWords(chunk, &lo, &hi);
+// Nibble k of each 16-bit word: eight tokens' channel pairs (2k, 2k + 1).
+template <int kV>
+ATTN_DECODE inline __m256i Nibbles(__m256i v) {
+  if constexpr (kV == 3) return _mm256_srli_epi16(v, 12);
+  const __m256i m = _mm256_set1_epi16(0x000F);
+  if constexpr (kV == 0) return _mm256_and_si256(v, m);
+  return _mm256_and_si256(_mm256_srli_epi16(v, 4 * kV), m);
+}
+
+// acc[rr][h] += row rr's pair (2k, 2k + 1) of octet o times half h's
+// nibbles k.
+template <int R, int kV>
+ATTN_DECODE inline void PairDots(const __m256i* u, const int16_t* q0, int64_t d, int64_t o,
+                                 __m256i (*acc)[2]) {
+  const __m256i n0 = Nibbles<kV>(u[0]), n1 = Nibbles<kV>(u[1]);
 #pragma GCC unroll 4
   for (int rr = 0; rr < R; ++rr) {
-    const int16_t* qr = q0 + rr * d + x0;
-    acc[rr] = _mm256_add_epi32(
-        acc[rr], _mm256_madd_epi16(lo, _mm256_load_si256(reinterpret_cast<const __m256i*>(qr))));
-    acc[rr] = _mm256_add_epi32(
-        acc[rr], _mm256_madd_epi16(hi, _mm256_load_si256(reinterpret_cast<const __m256i*>(qr + 16))));
+    int32_t pair;
+    std::memcpy(&pair, q0 + rr * d + 8 * o + 2 * kV, 4);
+    const __m256i qv = _mm256_set1_epi32(pair);
+    acc[rr][0] = _mm256_add_epi32(acc[rr][0], _mm256_madd_epi16(n0, qv));
+    acc[rr][1] = _mm256_add_epi32(acc[rr][1], _mm256_madd_epi16(n1, qv));
   }
 }
 
-// Rows [r0, r0 + R) (R: 4 or 1) against each of the c keys.
+// Rows [r0, r0 + R) (R <= 4) against a group of m <= 16 tokens at `codes`
+// (units 4 m apart); lanes [lo, hi) of the group stored, at column `col`.
 template <int R>
-ATTN_DECODE void QkRows(const BlockQuery256& bq, int64_t r0, const uint8_t* k, int64_t c,
-                        int64_t d, float* s, int64_t lds, const uint8_t* next) {
-  const int64_t rb = d / 2;
-  const int16_t* q0 = bq.q.data() + r0 * d;
-  const __m128 sc = R == 4 ? _mm_loadu_ps(bq.scale.data() + r0) : _mm_set1_ps(bq.scale[r0]);
-  const __m128 bias = R == 4 ? _mm_loadu_ps(bq.bias.data() + r0) : _mm_set1_ps(bq.bias[r0]);
-  for (int64_t j = 0; j < c; ++j) {
-    PrefetchToken(next, rb, j);
-    const uint8_t* row = k + j * rb;
-    __m256i acc[R];
+ATTN_DECODE void GroupRows(const BlockQuery256& bq, int64_t r0, const uint8_t* codes, int64_t m,
+                           int64_t lo, int64_t hi, int64_t d, float* s, int64_t col, int64_t lds,
+                           const uint8_t* next) {
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i load0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(m)), lane);
+  const __m256i load1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(m) - 8), lane);
+  __m256i acc[R][2];
 #pragma GCC unroll 4
-    for (auto& a : acc) a = _mm256_setzero_si256();
-#pragma GCC unroll 1
-    for (int64_t b = 0; b < rb; b += 16) ChunkDots<R>(row + b, q0, d, 2 * b, acc);
-    if constexpr (R == 4) {
-      alignas(16) float out[4];
-      const __m128 sums = Sum4(_mm256_cvtepi32_ps(acc[0]), _mm256_cvtepi32_ps(acc[1]),
-                               _mm256_cvtepi32_ps(acc[2]), _mm256_cvtepi32_ps(acc[3]));
-      _mm_store_ps(out, _mm_fmadd_ps(sums, sc, bias));
-      for (int rr = 0; rr < 4; ++rr) s[(r0 + rr) * lds + j] = out[rr];
-    } else {
-      s[r0 * lds + j] = ReduceAdd256(_mm256_cvtepi32_ps(acc[0])) * bq.scale[r0] + bq.bias[r0];
+  for (int rr = 0; rr < R; ++rr) acc[rr][0] = acc[rr][1] = _mm256_setzero_si256();
+  const int16_t* q0 = bq.q.data() + r0 * d;
+  for (int64_t o = 0; o < d / 8; ++o) {
+    const uint8_t* unit = codes + o * 4 * m;
+    if (next != nullptr) PrefetchLine(next + o * 4 * m);
+    const __m256i u[2] = {
+        _mm256_maskload_epi32(reinterpret_cast<const int*>(unit), load0),
+        _mm256_maskload_epi32(reinterpret_cast<const int*>(unit + 32), load1)};
+    PairDots<R, 0>(u, q0, d, o, acc);
+    PairDots<R, 1>(u, q0, d, o, acc);
+    PairDots<R, 2>(u, q0, d, o, acc);
+    PairDots<R, 3>(u, q0, d, o, acc);
+  }
+  const __m256i from = _mm256_set1_epi32(static_cast<int>(lo) - 1);
+  const __m256i to = _mm256_set1_epi32(static_cast<int>(hi));
+  const __m256i lane8 = _mm256_add_epi32(lane, _mm256_set1_epi32(8));
+  const __m256i store0 = _mm256_and_si256(_mm256_cmpgt_epi32(lane, from), _mm256_cmpgt_epi32(to, lane));
+  const __m256i store1 =
+      _mm256_and_si256(_mm256_cmpgt_epi32(lane8, from), _mm256_cmpgt_epi32(to, lane8));
+#pragma GCC unroll 4
+  for (int rr = 0; rr < R; ++rr) {
+    const __m256 sc = _mm256_set1_ps(bq.scale[static_cast<size_t>(r0 + rr)]);
+    const __m256 bias = _mm256_set1_ps(bq.bias[static_cast<size_t>(r0 + rr)]);
+    float* row = s + (r0 + rr) * lds + col;
+    _mm256_maskstore_ps(row, store0, _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[rr][0]), sc, bias));
+    _mm256_maskstore_ps(row + 8, store1, _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[rr][1]), sc, bias));
+  }
+}
+
+// Tokens [j, j + c) of a block of g, group by group (16 tokens, the last
+// m < 16), each group's lanes outside the run left unwritten.
+void QkBlock(const BlockQuery256& bq, int64_t rows, const uint8_t* block, int64_t g, int64_t j,
+             int64_t c, int64_t d, float* s, int64_t lds, const uint8_t* next) {
+  const int64_t rb = d / 2;
+  for (int64_t g0 = j / 16 * 16; g0 < j + c; g0 += 16) {
+    const int64_t m = std::min<int64_t>(16, g - g0);
+    const int64_t lo = std::max<int64_t>(0, j - g0), hi = std::min(m, j + c - g0);
+    const uint8_t* codes = block + g0 * rb;
+    const uint8_t* nx = next != nullptr ? next + g0 * rb : nullptr;
+    int64_t r = 0;
+    for (; r + 4 <= rows; r += 4) {
+      GroupRows<4>(bq, r, codes, m, lo, hi, d, s, g0 - j, lds, r == 0 ? nx : nullptr);
+    }
+    const uint8_t* rest = r == 0 ? nx : nullptr;
+    switch (rows - r) {
+      case 3: GroupRows<3>(bq, r, codes, m, lo, hi, d, s, g0 - j, lds, rest); break;
+      case 2: GroupRows<2>(bq, r, codes, m, lo, hi, d, s, g0 - j, lds, rest); break;
+      case 1: GroupRows<1>(bq, r, codes, m, lo, hi, d, s, g0 - j, lds, rest); break;
+      default: break;
     }
   }
-}
-
-void QkBlock(const BlockQuery256& bq, int64_t rows, const uint8_t* k, int64_t c, int64_t d,
-             float* s, int64_t lds, const uint8_t* next) {
-  int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) QkRows<4>(bq, r, k, c, d, s, lds, r == 0 ? next : nullptr);
-  for (; r < rows; ++r) QkRows<1>(bq, r, k, c, d, s, lds, r == 0 ? next : nullptr);
 }
 
 // ---- PV -------------------------------------------------------------------
@@ -366,11 +394,12 @@ ATTN_DECODE void PvValues(const RowWeights256& rw, int64_t rows, const uint8_t* 
 
 }  // namespace
 
-bool QkInt4Block256(const float* q, int64_t rows, const uint8_t* k, const float* meta, int64_t c,
-                    int64_t d, float* s, int64_t lds, const uint8_t* next) {
+bool QkInt4Block256(const float* q, int64_t rows, const uint8_t* block, int64_t g,
+                    const float* meta, int64_t j, int64_t c, int64_t d, float* s, int64_t lds,
+                    const uint8_t* next) {
   thread_local BlockQuery256 bq;
   if (!PrepareQuery(q, rows, d, meta, &bq)) return false;
-  QkBlock(bq, rows, k, c, d, s, lds, next);
+  QkBlock(bq, rows, block, g, j, c, d, s, lds, next);
   return true;
 }
 

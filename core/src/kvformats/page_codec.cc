@@ -220,7 +220,9 @@ void WidenBlockedKeys(const PageLayout& l, const uint8_t* page, const uint8_t* s
   ForEachBlockRun(
       l, j0, a, c, fill_start,
       [&](int64_t pos, int64_t n, int64_t slot, int64_t block) {
-        l.key.codec->widen_block(l.key.Row(page, slot), l.BlockMeta(page, block, d), n, d,
+        const int64_t first = block * l.block_tokens;
+        l.key.codec->widen_block(l.key.Row(page, first), l.block_tokens,
+                                 l.BlockMeta(page, block, d), slot - first, n, d,
                                  dst + (pos - a) * d);
       },
       [&](int64_t pos, int64_t n) {  // staged in the cache's type
@@ -237,9 +239,11 @@ bool QkBlockedKeys(const PageLayout& l, const uint8_t* page, const uint8_t* stag
   ForEachBlockRun(
       l, j0, a, c, fill_start,
       [&](int64_t pos, int64_t n, int64_t slot, int64_t block) {
-        kc.qk_block(q, rows, l.key.Row(page, slot), l.BlockMeta(page, block, d), n, d,
-                    s + (pos - a), lds,
-                    next != nullptr ? next + (pos - a) * l.key.row_bytes : nullptr);
+        // `next` is the next page's row a: its block at the same offset.
+        const int64_t first = block * l.block_tokens;
+        kc.qk_block(q, rows, l.key.Row(page, first), l.block_tokens, l.BlockMeta(page, block, d),
+                    slot - first, n, d, s + (pos - a), lds,
+                    next != nullptr ? next + (first - (a - j0)) * l.key.row_bytes : nullptr);
       },
       [&](int64_t pos, int64_t n) {
         l.stage.codec->qk(q, rows, stage + (pos - fill_start) * l.stage.row_bytes, n, d,

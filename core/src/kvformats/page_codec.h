@@ -55,18 +55,23 @@ struct PageCodec {
   PvCodesFn pv;
   // A blocked format (Int4Keys): rows are written a block at a time, and
   // encode and widen are null. quantize_block writes the codes of g staged
-  // tokens (floats [g, dim]) into `rows` and their meta (2 * dim floats);
-  // widen_block widens c rows of a block with its meta into dst [c, dim].
+  // tokens (floats [g, dim]) into the block's g rows' bytes at `block` (laid
+  // out as the codec says, not row by row) and their meta (2 * dim floats);
+  // widen_block widens tokens [j, j + c) of a block of g with its meta into
+  // dst [c, dim].
   bool blocked = false;
-  void (*quantize_block)(const float* staged, int64_t g, int64_t dim, uint8_t* rows,
+  void (*quantize_block)(const float* staged, int64_t g, int64_t dim, uint8_t* block,
                          float* meta) = nullptr;
-  void (*widen_block)(const uint8_t* rows, const float* meta, int64_t c, int64_t dim,
-                      float* dst) = nullptr;
-  // A blocked format's QK over c rows of a full block with its meta (as
-  // QkCodesFn), for dims where block_loops says so (or null).
+  void (*widen_block)(const uint8_t* block, int64_t g, const float* meta, int64_t j, int64_t c,
+                      int64_t dim, float* dst) = nullptr;
+  // A blocked format's QK over tokens [j, j + c) of a block of g with its
+  // meta (s[r * lds + t] for token j + t, as QkCodesFn; `next` or null: the
+  // same block's place in the page read next), for dims where block_loops
+  // says so (or null).
   bool (*block_loops)(int64_t dim) = nullptr;
-  void (*qk_block)(const float* q, int64_t rows, const uint8_t* k, const float* meta, int64_t c,
-                   int64_t d, float* s, int64_t lds, const uint8_t* next) = nullptr;
+  void (*qk_block)(const float* q, int64_t rows, const uint8_t* block, int64_t g,
+                   const float* meta, int64_t j, int64_t c, int64_t d, float* s, int64_t lds,
+                   const uint8_t* next) = nullptr;
 };
 
 const PageCodec& CodecOf(PageFormat format);

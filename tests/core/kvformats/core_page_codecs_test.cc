@@ -123,6 +123,25 @@ uint8_t Nibble(const uint8_t* row, int64_t dim, int64_t c) {
   return i < w / 2 ? row[chunk / 2 + i] & 0xF : row[chunk / 2 + i - w / 2] >> 4;
 }
 
+// Channel c's code of token j in an int4 key block of g tokens: groups of
+// 16 tokens (the last m = g mod 16), (dim + 1) / 2 bytes a token; in a
+// group, octets of channels m * 4 bytes apart; a token's 4 bytes in a
+// whole octet are two little-endian words, word c % 2 holding channel c
+// of the octet in bits 4 * ((c % 8) / 2); in an octet of w < 8 channels,
+// (w + 1) / 2 bytes a token, two channels a byte, low nibble first.
+uint8_t KeyNibble(const uint8_t* block, int64_t g, int64_t dim, int64_t j, int64_t c) {
+  const int64_t g0 = j - j % 16, m = std::min<int64_t>(16, g - g0);
+  const int64_t o = c - c % 8, w = std::min<int64_t>(8, dim - o);
+  const uint8_t* unit = block + g0 * ((dim + 1) / 2) + o / 2 * m;
+  if (w < 8) {
+    const uint8_t b = unit[(j - g0) * ((w + 1) / 2) + (c - o) / 2];
+    return (c - o) % 2 == 0 ? b & 0xF : b >> 4;
+  }
+  const uint8_t* t = unit + 4 * (j - g0);
+  const uint32_t word = t[2 * (c % 2)] | (uint32_t{t[2 * (c % 2) + 1]} << 8);
+  return static_cast<uint8_t>((word >> (4 * ((c % 8) / 2))) & 0xF);
+}
+
 // int4 values: per token, groups of 64 channels, each with its scale and
 // minimum in the row; keys: per channel over a block. Both against
 // kv_quant_model.h's int4 group model exactly (codes, scales, minimums and
@@ -156,7 +175,11 @@ TEST(PageCodecs, Int4ValuesAndKeyBlocksAreTheQuantizersExactly) {
     std::vector<uint8_t> rows(static_cast<size_t>(g * k4.row_bytes(dim)));
     std::vector<float> meta(static_cast<size_t>(2 * dim)), back(static_cast<size_t>(g * dim));
     k4.quantize_block(block.data(), g, dim, rows.data(), meta.data());
-    k4.widen_block(rows.data(), meta.data(), g, dim, back.data());
+    k4.widen_block(rows.data(), g, meta.data(), 0, g, dim, back.data());
+    // A run inside the block (from mid-group to mid-group) widens the same.
+    std::vector<float> run(static_cast<size_t>(20 * dim));
+    k4.widen_block(rows.data(), g, meta.data(), 5, 20, dim, run.data());
+    ASSERT_TRUE(std::equal(run.begin(), run.end(), back.begin() + 5 * dim));
     std::vector<uint8_t> codes(static_cast<size_t>(g));
     std::vector<float> held(static_cast<size_t>(g));
     for (int64_t c = 0; c < dim; ++c) {
@@ -165,8 +188,7 @@ TEST(PageCodecs, Int4ValuesAndKeyBlocksAreTheQuantizersExactly) {
       ASSERT_EQ(meta[c], scale);
       ASSERT_EQ(meta[dim + c], lo);
       for (int64_t j = 0; j < g; ++j) {
-        const uint8_t* r = rows.data() + j * k4.row_bytes(dim);
-        ASSERT_EQ(Nibble(r, dim, c), codes[j]) << c << "," << j;
+        ASSERT_EQ(KeyNibble(rows.data(), g, dim, j, c), codes[j]) << c << "," << j;
         ASSERT_EQ(back[j * dim + c], held[j]) << c << "," << j;
       }
     }
@@ -463,8 +485,19 @@ TEST(PageLoops, Int4KeyBlocksAndValuesEqualFloat64) {
         const int64_t lds = c + 3;
         std::vector<float> s(static_cast<size_t>(rows * lds), -7.0f);
         if (attn::internal::Int4Loops(d)) {
-          attn::internal::QkInt4Block(q.data(), rows, keys.data(), meta.data(), c, d, s.data(), lds,
-                                      keys.data());
+          attn::internal::QkInt4Block(q.data(), rows, keys.data(), c, meta.data(), 0, c, d,
+                                      s.data(), lds, keys.data());
+          // A run from mid-group to mid-group scores its keys the same, and
+          // writes nothing outside them.
+          const int64_t j0 = c / 3, n = std::max<int64_t>(1, c - j0 - 1), lr = n + 2;
+          std::vector<float> part(static_cast<size_t>(rows * lr), -5.0f);
+          attn::internal::QkInt4Block(q.data(), rows, keys.data(), c, meta.data(), j0, n, d,
+                                      part.data(), lr, nullptr);
+          for (int64_t r = 0; r < rows; ++r) {
+            for (int64_t t = 0; t < lr; ++t) {
+              ASSERT_EQ(part[r * lr + t], t < n ? s[r * lds + j0 + t] : -5.0f) << r << "," << t;
+            }
+          }
           for (int64_t r = 0; r < rows; ++r) {
             double qmax = 0;  // the largest of q times the block's scales
             for (int64_t i = 0; i < d; ++i)
@@ -472,7 +505,7 @@ TEST(PageLoops, Int4KeyBlocksAndValuesEqualFloat64) {
             for (int64_t j = 0; j < c; ++j) {
               double want = 0, mag = 0, codes = 0;
               for (int64_t i = 0; i < d; ++i) {
-                const int code = Nibble(keys.data() + j * kb, d, i);
+                const int code = KeyNibble(keys.data(), c, d, j, i);
                 const double held = double(meta[d + i]) + code * double(meta[i]);
                 want += double(q[r * d + i]) * held;
                 mag += std::fabs(double(q[r * d + i]) * held) +
