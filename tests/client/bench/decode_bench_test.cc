@@ -6,8 +6,12 @@
 // and against the arithmetic of the run's lengths.
 #include "bench/decode/decode_bench.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <sstream>
 
@@ -133,6 +137,34 @@ TEST_F(DecodeBench, ReportsCarryTheFigures) {
   EXPECT_NE(text.find("2 client(s) x 1 session(s)"), std::string::npos) << text;
   EXPECT_NE(text.find("mean cache length of the measured steps: 4.0 tokens"), std::string::npos)
       << text;
+}
+
+// A target nobody listens on: the bench says so, naming the target, once
+// the call timeout has passed (each connection is awaited before the
+// first call, so that a connect attempt that fails once is retried).
+TEST(DecodeBenchConnect, NoServerIsUnavailableNamingTheTarget) {
+  // A loopback port that was free a moment ago: bound, read, closed.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  close(fd);
+  DecodeBenchConfig c;
+  c.target = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  c.hq = 4, c.hkv = 2, c.d = 16;
+  c.concurrency = 1, c.sessions = 1, c.requests = 1;
+  c.warmup_s = 0;
+  c.timeout = std::chrono::milliseconds(300);
+  auto r = attn::client::RunDecodeBench(c, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), attn::StatusCode::kUnavailable);
+  EXPECT_NE(r.status().message().find("no connection to " + c.target + " within 300 ms"),
+            std::string::npos)
+      << r.status().ToString();
 }
 
 }  // namespace
