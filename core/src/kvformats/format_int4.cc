@@ -72,12 +72,10 @@ inline uint8_t Get(const uint8_t* row, int64_t dim, int64_t x) {
   return high ? (row[at] >> 4) : (row[at] & 0x0F);
 }
 
-constexpr int64_t kKeyGroup = 16;  // tokens a group of a key block
-
 // Where channel x of token j of a key block of g tokens sits (the layout
 // above).
 inline void KeyWhere(int64_t g, int64_t dim, int64_t j, int64_t x, int64_t* byte, bool* high) {
-  const int64_t g0 = j / kKeyGroup * kKeyGroup, m = std::min(kKeyGroup, g - g0), i = j - g0;
+  const int64_t g0 = KeyGroupStart(j), m = KeyGroupTokens(g, g0), i = j - g0;
   const int64_t o = x / 8 * 8, w = std::min<int64_t>(8, dim - o), r = x - o;
   const int64_t at = g0 * ((dim + 1) / 2) + o / 2 * m;
   if (w == 8) {
@@ -214,7 +212,7 @@ void WidenBlock(const uint8_t* block, int64_t g, const float* meta, int64_t j, i
   const int64_t rb = KeyRowBytes(dim), full = dim / 8 * 8;
   const float *scale = meta, *lo = meta + dim;
   for (int64_t t = j; t < j + c; ++t) {
-    const int64_t g0 = t / kKeyGroup * kKeyGroup, m = std::min(kKeyGroup, g - g0), i = t - g0;
+    const int64_t g0 = KeyGroupStart(t), m = KeyGroupTokens(g, g0), i = t - g0;
     const uint8_t* unit = block + g0 * rb + 4 * i;
     float* out = dst + (t - j) * dim;
     for (int64_t o = 0; o < full; o += 8) {

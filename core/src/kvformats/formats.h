@@ -1,6 +1,8 @@
 // The page formats' codecs (page_codec.h), one file each. Internal to core.
 #pragma once
 
+#include <algorithm>
+
 #include "kvformats/page_codec.h"
 
 namespace attn::internal {
@@ -17,6 +19,14 @@ const PageCodec& Fp8E4M3Codec();
 // over a block of tokens.
 const PageCodec& Int4ValuesCodec();
 const PageCodec& Int4KeysCodec();
+// An int4 key block keeps its tokens in groups of kKeyGroup
+// (format_int4.cc): the group holding token j starts at KeyGroupStart(j),
+// and the group from g0 of a block of g holds KeyGroupTokens(g, g0) (the
+// last may hold fewer). The loops score a group's tokens in a vector's 16
+// 32-bit lanes.
+constexpr int64_t kKeyGroup = 16;
+inline int64_t KeyGroupStart(int64_t j) { return j / kKeyGroup * kKeyGroup; }
+inline int64_t KeyGroupTokens(int64_t g, int64_t g0) { return std::min(kKeyGroup, g - g0); }
 // An int4 key code: x against a channel's (min, scale); and the code of
 // channel x of token j in a key block of g tokens.
 uint8_t Int4Code(double x, float lo, float scale);

@@ -36,6 +36,7 @@ namespace {
 #define ATTN_I4_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
 
 constexpr int64_t kGroup = 64;  // value channels a (scale, min), as format_int4.cc
+static_assert(kKeyGroup == 16, "a key group's tokens are a 512-bit vector's 32-bit lanes");
 
 // acc + the sums of four products u8 x s8 a lane.
 template <bool kVnni>
@@ -213,16 +214,16 @@ void TileRows(const BlockQuery& bq, int64_t rows, int64_t d, const TileGroups& t
 template <bool kVnni>
 void QkBlock(const BlockQuery& bq, int64_t rows, const uint8_t* block, int64_t g, int64_t j,
              int64_t c, int64_t d, float* s, int64_t lds, const uint8_t* next) {
-  const int64_t rb = d / 2, gb = 16 * rb;
+  const int64_t rb = d / 2, gb = kKeyGroup * rb;
   const auto lanes = [&](int64_t g0, int64_t m) {  // run tokens among g0's m
     const int64_t lo = std::max<int64_t>(0, j - g0), hi = std::min(m, j + c - g0);
     return static_cast<__mmask16>(((1u << hi) - 1) & ~((1u << lo) - 1));
   };
-  for (int64_t g0 = j / 16 * 16; g0 < j + c;) {
+  for (int64_t g0 = KeyGroupStart(j); g0 < j + c;) {
     TileGroups tg{block + g0 * rb, gb, 64, ~__mmask64{0}, g0 - j, {0, 0, 0, 0},
                   next != nullptr ? next + g0 * rb : nullptr};
-    const int64_t m = std::min<int64_t>(16, g - g0);
-    if (m < 16) {  // the block's last group, units 4 m apart
+    const int64_t m = KeyGroupTokens(g, g0);
+    if (m < kKeyGroup) {  // the block's last group, units 4 m apart
       tg.unit_stride = 4 * m;
       tg.load = (uint64_t{1} << (4 * m)) - 1;
       tg.store[0] = lanes(g0, m);
@@ -230,8 +231,8 @@ void QkBlock(const BlockQuery& bq, int64_t rows, const uint8_t* block, int64_t g
       return;
     }
     int ng = 0;
-    while (ng < 4 && g0 + 16 * ng < j + c && g0 + 16 * (ng + 1) <= g) {
-      tg.store[ng] = lanes(g0 + 16 * ng, 16);
+    while (ng < 4 && g0 + kKeyGroup * ng < j + c && g0 + kKeyGroup * (ng + 1) <= g) {
+      tg.store[ng] = lanes(g0 + kKeyGroup * ng, kKeyGroup);
       ++ng;
     }
     switch (ng) {
@@ -240,7 +241,7 @@ void QkBlock(const BlockQuery& bq, int64_t rows, const uint8_t* block, int64_t g
       case 2: TileRows<kVnni, 2>(bq, rows, d, tg, s, lds); break;
       default: TileRows<kVnni, 1>(bq, rows, d, tg, s, lds); break;
     }
-    g0 += 16 * ng;
+    g0 += kKeyGroup * ng;
   }
 }
 

@@ -37,6 +37,8 @@
 namespace attn::internal {
 namespace {
 
+static_assert(kKeyGroup == 16, "a key group's tokens are two 256-bit vectors' 32-bit lanes");
+
 constexpr int64_t kGroup = 64;  // value channels a (scale, min), as format_int4.cc
 constexpr int64_t kPairsInInt16 = 8;
 
@@ -155,8 +157,8 @@ ATTN_DECODE void GroupRows(const BlockQuery256& bq, int64_t r0, const uint8_t* c
 void QkBlock(const BlockQuery256& bq, int64_t rows, const uint8_t* block, int64_t g, int64_t j,
              int64_t c, int64_t d, float* s, int64_t lds, const uint8_t* next) {
   const int64_t rb = d / 2;
-  for (int64_t g0 = j / 16 * 16; g0 < j + c; g0 += 16) {
-    const int64_t m = std::min<int64_t>(16, g - g0);
+  for (int64_t g0 = KeyGroupStart(j); g0 < j + c; g0 += kKeyGroup) {
+    const int64_t m = KeyGroupTokens(g, g0);
     const int64_t lo = std::max<int64_t>(0, j - g0), hi = std::min(m, j + c - g0);
     const uint8_t* codes = block + g0 * rb;
     const uint8_t* nx = next != nullptr ? next + g0 * rb : nullptr;
