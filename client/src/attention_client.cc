@@ -97,6 +97,19 @@ StatusOr<std::shared_ptr<grpc::Channel>> OpenChannel(const std::string& target,
                                                                  std::move(factories));
 }
 
+StatusOr<std::shared_ptr<grpc::Channel>> OpenConnectedChannel(const std::string& target,
+                                                              const ChannelOptions& options,
+                                                              std::chrono::milliseconds wait,
+                                                              grpc::ChannelArguments args) {
+  auto channel = OpenChannel(target, options, std::move(args));
+  if (!channel.ok()) return channel.status();
+  if (!(*channel)->WaitForConnected(std::chrono::system_clock::now() + wait)) {
+    return Status::Unavailable("no connection to " + target + " within " +
+                               std::to_string(wait.count()) + " ms");
+  }
+  return channel;
+}
+
 std::shared_ptr<grpc::Channel> Connect(const std::string& target, const ChannelOptions& options) {
   auto channel = OpenChannel(target, options);
   if (!channel.ok()) {  // only PEM files can fail; callers with files use OpenChannel

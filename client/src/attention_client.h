@@ -44,6 +44,16 @@ StatusOr<std::shared_ptr<grpc::Channel>> OpenChannel(const std::string& target,
                                                      const ChannelOptions& options,
                                                      grpc::ChannelArguments args = {});
 
+// OpenChannel, then up to `wait` for the channel's connection: a connect
+// attempt that fails is retried meanwhile, where a first call would fail
+// at once (the benches open their connections so, a loaded machine's
+// first attempt having failed with the server up). UNAVAILABLE "no
+// connection to TARGET within N ms" when it is not up by then.
+StatusOr<std::shared_ptr<grpc::Channel>> OpenConnectedChannel(const std::string& target,
+                                                              const ChannelOptions& options,
+                                                              std::chrono::milliseconds wait,
+                                                              grpc::ChannelArguments args = {});
+
 // OpenChannel for options without files (plaintext, a token): cannot fail.
 std::shared_ptr<grpc::Channel> Connect(const std::string& target,
                                        const ChannelOptions& options = {});

@@ -408,10 +408,19 @@ StatusOr<BenchReport> RunBench(const BenchConfig& config, const std::atomic<bool
   std::vector<std::shared_ptr<grpc::Channel>> channels;
   std::vector<std::unique_ptr<grpc::GenericStub>> stubs;
   std::vector<std::unique_ptr<grpc::health::v1::Health::Stub>> health;
+  // Each connection up before the first call (OpenConnectedChannel), within
+  // the call timeout or 5 s, whichever is shorter.
+  const auto wait = std::chrono::milliseconds(
+      static_cast<int64_t>(std::min(config.timeout_s, 5.0) * 1000));
   for (int i = 0; i < config.connections; ++i) {
     grpc::ChannelArguments args;
     args.SetInt("attn.bench_connection", i);  // distinct args: a TCP connection each
-    auto channel = OpenChannel(config.target, config.channel, args);
+    auto channel = OpenConnectedChannel(config.target, config.channel, wait, args);
+    if (channel.status().code() == StatusCode::kUnavailable) {
+      return Status::FailedPrecondition("cannot reach " + config.target + ": " +
+                                        channel.status().message() + " (connection " +
+                                        std::to_string(i) + ")");
+    }
     if (!channel.ok()) return channel.status();
     channels.push_back(std::move(*channel));
     stubs.push_back(std::make_unique<grpc::GenericStub>(channels.back()));

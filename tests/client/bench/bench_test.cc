@@ -5,9 +5,15 @@
 
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "attention_server.h"
 #include "attn/json.h"
@@ -187,12 +193,52 @@ TEST(BenchRun, Bfloat16WireVerifiesWhateverTheServerComputed) {
   }
 }
 
+// No server: each connection is waited for (the call timeout, 5 s at
+// most), then a set-up error naming the target and the wait.
 TEST(BenchRun, UnreachableTargetIsASetUpError) {
   client::BenchConfig c;
   c.target = "127.0.0.1:1";
+  c.timeout_s = 0.3;
   auto report = client::RunBench(c, nullptr);
   ASSERT_FALSE(report.ok());
-  EXPECT_NE(report.status().message().find("cannot reach 127.0.0.1:1"), std::string::npos);
+  EXPECT_EQ(report.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(report.status().message().find(
+                "cannot reach 127.0.0.1:1: no connection to 127.0.0.1:1 within 300 ms"),
+            std::string::npos)
+      << report.status().ToString();
+}
+
+// A server that comes up after the bench started (its first connect
+// attempts refused) is waited for, not reported unreachable: the bench's
+// connections retry until the call timeout (5 s at most).
+TEST(BenchRun, AServerUpAfterTheBenchStartsIsWaitedFor) {
+  // A loopback port that was free a moment ago: bound, read, closed.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  close(fd);
+  const int port = ntohs(a.sin_port);
+  client::BenchConfig c;
+  c.target = "127.0.0.1:" + std::to_string(port);
+  c.op = "health";
+  c.concurrency = {1};
+  c.connections = 2;
+  c.duration_s = 0.2;
+  c.warmup_s = 0;
+  c.timeout_s = 5;
+  StatusOr<client::BenchReport> report = Status::Unknown("not run");
+  std::thread bench([&] { report = client::RunBench(c, nullptr); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto s = attn_test::StartTestServer([&](server::ServerConfig& config) { config.port = port; });
+  bench.join();
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_GT(report->levels[0].ok, 0);
 }
 
 TEST(BenchRun, InterruptStopsEarlyWithAPartialReport) {
