@@ -14,7 +14,7 @@
 
 #include "attn/cpu_info.h"
 #include "kvformats/formats.h"
-#include "kvformats/pair_loops_avx512.h"
+#include "kvformats/pair_loops.h"
 #include "support/isa_cap.h"
 
 namespace attn::internal {
