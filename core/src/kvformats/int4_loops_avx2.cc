@@ -109,6 +109,9 @@ ATTN_DECODE inline void PairDots(const __m256i* u, const int16_t* q0, int64_t d,
     const __m256i qv = _mm256_set1_epi32(pair);
     acc[rr][0] = _mm256_add_epi32(acc[rr][0], _mm256_madd_epi16(n0, qv));
     acc[rr][1] = _mm256_add_epi32(acc[rr][1], _mm256_madd_epi16(n1, qv));
+    // Each sum a chain in a register: GCC otherwise reassociated the
+    // integer adds into trees of products kept on the stack.
+    asm("" : "+x"(acc[rr][0]), "+x"(acc[rr][1]));
   }
 }
 
