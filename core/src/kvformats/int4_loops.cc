@@ -138,7 +138,14 @@ ATTN_I4_VNNI inline void OctetDots(const __m512i* u, const int16_t* q0, int64_t 
     std::memcpy(&pair, q0 + rr * d + 8 * o + 2 * kV, 4);
     const __m512i qv = _mm512_set1_epi32(pair);
 #pragma GCC unroll 4
-    for (int b = 0; b < U; ++b) acc[rr][kB + b] = DotWords<kVnni>(acc[rr][kB + b], n[b], qv);
+    for (int b = 0; b < U; ++b) {
+      acc[rr][kB + b] = DotWords<kVnni>(acc[rr][kB + b], n[b], qv);
+      // Without VNNI, each sum a chain in a register: GCC reassociated the
+      // VPMADDWD adds into trees of products (a block's QK 665 -> 470 ns on
+      // the Zen 5 under ATTN_MAX_ISA=avx512; the int8 tiles lost 6% so and
+      // keep theirs).
+      if constexpr (!kVnni) asm("" : "+v"(acc[rr][kB + b]));
+    }
   }
 }
 
