@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "kvformats/formats.h"
@@ -101,9 +102,16 @@ bool RoundRows(const float* q, int64_t rows, int64_t d, QRows* out) {
   out->scale.resize(static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r) {
     const float* qr = q + r * d;
+    // (Each element checked: std::max drops a NaN met against a number, and
+    // a NaN row rounded to int16 answered numbers.)
     float amax = 0.0f;
-    for (int64_t x = 0; x < d; ++x) amax = std::max(amax, std::fabs(qr[x]));
-    if (!std::isfinite(amax)) return false;
+    bool finite = true;
+    for (int64_t x = 0; x < d; ++x) {
+      const float v = std::fabs(qr[x]);
+      amax = std::max(amax, v);
+      finite = finite && v <= std::numeric_limits<float>::max();
+    }
+    if (!finite) return false;
     const float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
     out->scale[static_cast<size_t>(r)] = amax / 32767.0f;
     int16_t* dst = out->q.data() + r * d;

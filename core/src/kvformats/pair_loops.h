@@ -147,7 +147,10 @@ ATTN_DECODE inline void RoundWeights256(const float* p, int64_t rows, int64_t ld
       _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + j),
                        _mm_packs_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1)));
     }
-    for (; j < c; ++j) dst[j] = static_cast<int16_t>(std::nearbyint(pr[j] * inv));
+    for (; j < c; ++j) {  // (a NaN weight as 0: its row is answered NaN whatever its sums)
+      const float w = pr[j] * inv;
+      dst[j] = w == w ? static_cast<int16_t>(std::nearbyint(std::clamp(w, -32767.0f, 32767.0f))) : 0;
+    }
     if (c % 2 != 0) dst[c] = 0;
   }
 }

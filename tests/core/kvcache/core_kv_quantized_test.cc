@@ -250,6 +250,50 @@ TEST_P(Quantized, ARetriedStepIsAReplayOnlyWithTheSameStoredCodes) {
   EXPECT_EQ(store.Get("", "r")->layer_tokens, std::vector<int64_t>{6});
 }
 
+// A query row that is not finite answers NaN (its output and lse), and
+// the step's other rows their replay: the integer loops round the query
+// rows and the weights per row, so a NaN in one row must reach no other.
+// At D = 16 (the AVX2 integer PV on every tier that has it) and D = 32 (the
+// widest loops), decode and a 3-token chunk.
+TEST_P(Quantized, ANaNQueryRowAnswersNaNAndTheOtherRowsTheirReplay) {
+  for (int64_t d : {16, 32}) {
+    SCOPED_TRACE("D " + std::to_string(d));
+    KvCacheStore store(Pool());
+    std::mt19937 rng(9);
+    Session s = Open(store, "nan" + std::to_string(d), GetParam(), 8, 2, d, d);
+    ExtendAndCheck(store, s, MakeStep(s, 70, 70, rng));
+    for (int64_t n : {1, 3}) {
+      Step st = MakeStep(s, n, n, rng);
+      const int64_t head = 5, t = n - 1;  // one row of a group of four
+      st.q[static_cast<size_t>((head * n + t) * d + 2)] = std::nanf("");
+      KvExtendOptions o;
+      o.score.return_lse = true;
+      auto r = store.Extend(0, {View(s, st)}, o);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      s.replay.Append(0, st.k, st.v, n);
+      s.exact.Append(0, st.k, st.v, n);
+      const auto want = s.replay.Expected(0, st.q, s.hq, n, {});
+      const float* out = r->results[0].output.data.data();
+      const float* lse = r->results[0].lse->data.data();
+      for (int64_t row = 0; row < s.hq * n; ++row) {
+        if (row == head * n + t) {
+          for (int64_t x = 0; x < d; ++x) ASSERT_TRUE(std::isnan(out[row * d + x])) << x;
+          EXPECT_TRUE(std::isnan(lse[row]));
+          continue;
+        }
+        // (ExpectMatches' tolerances, row by row.)
+        const double wl = want.lse[static_cast<size_t>(row)], tol = Tolerance(s);
+        EXPECT_NEAR(lse[row], wl, tol * std::max(1.0, std::fabs(wl))) << row;
+        for (int64_t x = 0; x < d; ++x) {
+          const double w = want.out[static_cast<size_t>(row * d + x)];
+          ASSERT_NEAR(out[row * d + x], w, tol * std::max(1.0, attn_test::MaxAbs(want.out)))
+              << row << "," << x;
+        }
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Formats, Quantized,
     ::testing::Values(Formats{CacheFormat::kInt8, CacheFormat::kInt8, CacheType::kBFloat16},
