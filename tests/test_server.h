@@ -2,7 +2,11 @@
 // logging off.
 #pragma once
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <functional>
 #include <memory>
@@ -29,6 +33,24 @@ inline std::unique_ptr<attn::server::AttentionServer> StartTestServer(
 
 inline std::string Target(const attn::server::AttentionServer& s) {
   return "127.0.0.1:" + std::to_string(s.port());
+}
+
+// A loopback port that was free a moment ago (bound to port 0, read,
+// closed): where no server listens, or where a test starts one later. 0
+// (with a test failure) if no socket could be bound.
+inline int FreeLoopbackPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  EXPECT_GE(fd, 0);
+  if (fd < 0) return 0;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  close(fd);
+  EXPECT_TRUE(ok) << "no loopback port";
+  return ok ? ntohs(a.sin_port) : 0;
 }
 
 // A fixture with a server started and a client connected to it. `Base` is

@@ -5,11 +5,6 @@
 
 #include <gtest/gtest.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <fstream>
 #include <sstream>
@@ -212,17 +207,8 @@ TEST(BenchRun, UnreachableTargetIsASetUpError) {
 // attempts refused) is waited for, not reported unreachable: the bench's
 // connections retry until the call timeout (5 s at most).
 TEST(BenchRun, AServerUpAfterTheBenchStartsIsWaitedFor) {
-  // A loopback port that was free a moment ago: bound, read, closed.
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  socklen_t len = sizeof a;
-  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
-  close(fd);
-  const int port = ntohs(a.sin_port);
+  const int port = attn_test::FreeLoopbackPort();
+  ASSERT_GT(port, 0);
   client::BenchConfig c;
   c.target = "127.0.0.1:" + std::to_string(port);
   c.op = "health";

@@ -6,12 +6,8 @@
 // and against the arithmetic of the run's lengths.
 #include "bench/decode/decode_bench.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <sstream>
 
@@ -143,18 +139,10 @@ TEST_F(DecodeBench, ReportsCarryTheFigures) {
 // the call timeout has passed (each connection is awaited before the
 // first call, so that a connect attempt that fails once is retried).
 TEST(DecodeBenchConnect, NoServerIsUnavailableNamingTheTarget) {
-  // A loopback port that was free a moment ago: bound, read, closed.
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  socklen_t len = sizeof a;
-  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
-  close(fd);
+  const int port = attn_test::FreeLoopbackPort();  // no server there
+  ASSERT_GT(port, 0);
   DecodeBenchConfig c;
-  c.target = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  c.target = "127.0.0.1:" + std::to_string(port);
   c.hq = 4, c.hkv = 2, c.d = 16;
   c.concurrency = 1, c.sessions = 1, c.requests = 1;
   c.warmup_s = 0;
