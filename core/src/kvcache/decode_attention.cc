@@ -270,10 +270,10 @@ void RunTask(const SoftmaxKernels& sk, const Task& task, Scratch& sc) {
   const int64_t lo_u = *std::min_element(sc.lo.begin(), sc.lo.end());
   const int64_t hi_u = *std::max_element(sc.hi.begin(), sc.hi.end());
   const bool fast = InRegisterTier() && d % 8 == 0 && dv % 8 == 0;
-  // How far ahead the loops prefetch, in pages in the order read: two for
-  // quantized keys, one for float keys (measured, as docs/performance.md
-  // says).
-  const int64_t ahead = p.key.codec->scaled || p.key.codec->blocked ? 2 : 1;
+  // How far ahead the loops prefetch, in pages in the order read: three for
+  // int8 and fp8 keys (a factor a token), two for int4's blocked keys, one
+  // for float keys (measured, as docs/performance.md says).
+  const int64_t ahead = p.key.codec->scaled ? 3 : p.key.codec->blocked ? 2 : 1;
   for (int64_t pg = task.p0; pg < task.p1; ++pg) {
     const int64_t j0 = pg * T;
     const int64_t a = std::max(j0, lo_u), b = std::min({j0 + T, p.tokens, hi_u});
