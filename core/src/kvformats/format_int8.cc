@@ -262,15 +262,8 @@ ATTN_I8_VNNI void QkI16x512(const QRows& qr, int64_t rows, const int8_t* k, int6
   }
 }
 
-// The same sixteen products wide on the AVX2 tier. (Functions, not
-// lambdas: a lambda's function-pointer thunk has no target attribute, and
-// GCC warned of its AVX return.)
-ATTN_DECODE inline __m256i DotWords256(__m256i acc, __m256i qv, __m256i kv) {
-  return _mm256_add_epi32(acc, _mm256_madd_epi16(qv, kv));
-}
-ATTN_DECODE inline __m256i KeyWords256(const int8_t* p) {
-  return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
+// The same sixteen products wide on the AVX2 tier: DotWords256 and
+// Int8Words256 (pair_loops.h).
 
 // Eight int32 vectors' sums, exact: lane 2 r + t the sum of a[2 r + t]'s
 // lanes (row r's key t, four rows by two keys).
@@ -301,7 +294,7 @@ ATTN_DECODE int64_t QkFourByTwo256(const int16_t* q0, const float* scale, const 
     __m256i a[8];
     for (auto& v : a) v = _mm256_setzero_si256();
     for (int64_t x = 0; x < d; x += 16) {
-      const __m256i k0 = KeyWords256(kj + x), k1 = KeyWords256(kj + d + x);
+      const __m256i k0 = Int8Words256(kj + x), k1 = Int8Words256(kj + d + x);
       for (int rr = 0; rr < 4; ++rr) {
         const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q0 + rr * d + x));
         a[2 * rr] = DotWords256(a[2 * rr], qv, k0);
@@ -336,7 +329,7 @@ ATTN_DECODE void QkI16x256(const QRows& qr, int64_t rows, const int8_t* k, int64
       const int8_t* kj = k + j * d;
       __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
       for (int64_t x = 0; x < d; x += 16) {
-        const __m256i kv = KeyWords256(kj + x);
+        const __m256i kv = Int8Words256(kj + x);
         a0 = DotWords256(a0, _mm256_loadu_si256((const __m256i*)(q0 + x)), kv);
         a1 = DotWords256(a1, _mm256_loadu_si256((const __m256i*)(q0 + d + x)), kv);
         a2 = DotWords256(a2, _mm256_loadu_si256((const __m256i*)(q0 + 2 * d + x)), kv);
@@ -362,7 +355,7 @@ ATTN_DECODE void QkI16x256(const QRows& qr, int64_t rows, const int8_t* k, int64
       for (int64_t x = 0; x < d; x += 16) {
         const __m256i qv = _mm256_loadu_si256((const __m256i*)(q0 + x));
         for (int64_t t = 0; t < n; ++t)
-          a[t] = DotWords256(a[t], qv, KeyWords256(k + (j + t) * d + x));
+          a[t] = DotWords256(a[t], qv, Int8Words256(k + (j + t) * d + x));
       }
       alignas(16) float out[4];
       _mm_store_ps(out, Sum4(_mm256_cvtepi32_ps(a[0]), _mm256_cvtepi32_ps(a[1]),

@@ -122,15 +122,17 @@ struct RowsOrigin {
 };
 
 // The next page's values (c * dv bytes, or none) for loops that read two
-// tokens a step over 32 columns at a time: column chunk x's share, a line
-// a token pair (np = ceil(c / 2) lines a chunk).
+// tokens a step over `width` columns at a time (32 on the AVX-512 tier, 16
+// on the AVX2 tier): column chunk x's share, a line a token pair (np =
+// ceil(c / 2) lines a chunk).
 struct PairAhead {
   const uint8_t* at = nullptr;
   int64_t lines = 0;
 };
-inline PairAhead PairAheadOf(const uint8_t* next, int64_t c, int64_t dv, int64_t x) {
+inline PairAhead PairAheadOf(const uint8_t* next, int64_t c, int64_t dv, int64_t x,
+                             int64_t width = 32) {
   if (next == nullptr) return {};
-  const int64_t np = (c + 1) / 2, total = (c * dv + 63) / 64, done = x / 32 * np;
+  const int64_t np = (c + 1) / 2, total = (c * dv + 63) / 64, done = x / width * np;
   return {next + done * 64, std::max<int64_t>(0, std::min(np, total - done))};
 }
 

@@ -155,55 +155,38 @@ ATTN_DECODE inline void RoundWeights256(const float* p, int64_t rows, int64_t ld
   }
 }
 
-// 16 int8 codes at p as 16-bit numbers.
+// 16 int8 codes at p as 16-bit numbers; acc + the sums of pairs of
+// products a lane (VPMADDWD). (Functions, not lambdas: a lambda's
+// function-pointer thunk has no target attribute, and GCC warned of its
+// AVX return.)
 ATTN_DECODE inline __m256i Int8Words256(const int8_t* p) {
   return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
-
-// R rows' sums += tokens a and b's codes (interleaved) times token pair t's
-// weights.
-template <int R>
-ATTN_DECODE __attribute__((always_inline)) inline void PairStep256(__m256i (&lo)[R],
-                                                                   __m256i (&hi)[R],
-                                                                   const int32_t* pairs,
-                                                                   int64_t np, int64_t t,
-                                                                   __m256i a, __m256i b) {
-  const __m256i il = _mm256_unpacklo_epi16(a, b), ih = _mm256_unpackhi_epi16(a, b);
-  for (int i = 0; i < R; ++i) {
-    const __m256i w = _mm256_set1_epi32(pairs[i * np + t]);
-    lo[i] = _mm256_add_epi32(lo[i], _mm256_madd_epi16(il, w));
-    hi[i] = _mm256_add_epi32(hi[i], _mm256_madd_epi16(ih, w));
-  }
+ATTN_DECODE inline __m256i DotWords256(__m256i acc, __m256i a, __m256i b) {
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
 }
 
 // R rows (1 or 4) by 16 columns at x of o (dv apart), over tokens [0, c) of
 // int8 codes v, added times unit[i]: tokens 2t and 2t + 1 widened,
 // interleaved by unpacks and met with the pair of a row's weights, 2 R
-// chains of VPMADDWD and adds. Pass `pass` of a page's dv / 16 prefetches
-// its share of `next` (or null), a line a token pair.
+// chains of VPMADDWD and adds, two tokens a step as PairSchedule runs them;
+// `ahead` (or null): this 16-column chunk's lines of the page read next.
 template <int R>
 ATTN_DECODE void PairRows256(const int32_t* pairs, int64_t np, const float* unit, const int8_t* v,
-                             int64_t c, int64_t dv, int64_t x, float* o, const uint8_t* next,
-                             int64_t pass) {
+                             int64_t c, int64_t dv, int64_t x, float* o, const PairAhead* ahead) {
   __m256i lo[R], hi[R];
   for (int i = 0; i < R; ++i) lo[i] = hi[i] = _mm256_setzero_si256();
-  const int64_t full = c / 2, lines = next != nullptr ? (c * dv + 63) / 64 : 0;
-  const int64_t with = std::clamp<int64_t>(lines - pass * full, 0, full);
-  const int8_t* vx = v + x;
-  int64_t t = 0;
-  for (; t < with; ++t) {
-    PrefetchLine(next + (pass * full + t) * 64);
-    PairStep256<R>(lo, hi, pairs, np, t, Int8Words256(vx + 2 * t * dv),
-                   Int8Words256(vx + (2 * t + 1) * dv));
-  }
-  for (; t < full; ++t) {
-    PairStep256<R>(lo, hi, pairs, np, t, Int8Words256(vx + 2 * t * dv),
-                   Int8Words256(vx + (2 * t + 1) * dv));
-  }
-  if (c % 2 != 0) {
-    PairStep256<R>(lo, hi, pairs, np, full, Int8Words256(vx + (c - 1) * dv),
-                   _mm256_setzero_si256());
-  }
+  const auto step = [&](int64_t t, int64_t j, bool second) ATTN_DECODE {
+    const __m256i a = Int8Words256(v + j * dv + x);
+    const __m256i b = second ? Int8Words256(v + (j + 1) * dv + x) : _mm256_setzero_si256();
+    const __m256i il = _mm256_unpacklo_epi16(a, b), ih = _mm256_unpackhi_epi16(a, b);
+    for (int i = 0; i < R; ++i) {
+      const __m256i w = _mm256_set1_epi32(pairs[i * np + t]);
+      lo[i] = DotWords256(lo[i], il, w);
+      hi[i] = DotWords256(hi[i], ih, w);
+    }
+  };
+  PairSchedule<1>(c, ahead, step);
   // lo holds columns 0-3 and 8-11 of the 16, hi 4-7 and 12-15.
   for (int i = 0; i < R; ++i) {
     const __m256 u = _mm256_set1_ps(unit[i]);
@@ -217,19 +200,22 @@ ATTN_DECODE void PairRows256(const int32_t* pairs, int64_t np, const float* unit
 
 // Every row of o [rows, dv] (dv a multiple of 16) += its weights' pairs (np
 // a row) times the codes of tokens [0, c), times unit[row]: 16 columns a
-// pass, four rows at a time; the first rows' passes prefetch `next`.
+// pass, four rows at a time; the first rows' passes prefetch `next` (or
+// null), each its chunk's share (PairAheadOf).
 ATTN_DECODE inline void PairPasses256(const int32_t* pairs, int64_t np, const float* unit,
                                       int64_t rows, const int8_t* v, int64_t c, int64_t dv,
                                       float* o, const uint8_t* next) {
-  for (int64_t x = 0, pass = 0; x < dv; x += 16, ++pass) {
+  for (int64_t x = 0; x < dv; x += 16) {
+    const PairAhead ahead = PairAheadOf(next, c, dv, x, 16);
+    const PairAhead* first = next != nullptr ? &ahead : nullptr;
     int64_t r = 0;
     for (; r + 4 <= rows; r += 4) {
-      PairRows256<4>(pairs + r * np, np, unit + r, v, c, dv, x, o + r * dv, r == 0 ? next : nullptr,
-                     pass);
+      PairRows256<4>(pairs + r * np, np, unit + r, v, c, dv, x, o + r * dv,
+                     r == 0 ? first : nullptr);
     }
     for (; r < rows; ++r) {
-      PairRows256<1>(pairs + r * np, np, unit + r, v, c, dv, x, o + r * dv, r == 0 ? next : nullptr,
-                     pass);
+      PairRows256<1>(pairs + r * np, np, unit + r, v, c, dv, x, o + r * dv,
+                     r == 0 ? first : nullptr);
     }
   }
 }
