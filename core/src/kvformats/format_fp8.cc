@@ -24,12 +24,21 @@ namespace {
 // and mantissa where a half's are and its sign in bit 15, with a copy of
 // the sign in bit 14 that the mask clears: three integer instructions and
 // the F16C conversion.
+// Load16 (the channel-pair loops, pair_loops.h) takes 16 codes into
+// float32's places as Load512Fp8's Load32 below does 32.
 struct LoadFp8 {
   using T = uint8_t;
+  static constexpr float kUnit16 = 0x1p112f;
   ATTN_DECODE static __m256 Load(const uint8_t* p) {
     const __m128i b = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
     return _mm256_cvtph_ps(
         _mm_and_si128(_mm_slli_epi16(b, 7), _mm_set1_epi16(static_cast<int16_t>(0xBF80))));
+  }
+  ATTN_DECODE static void Load16(const uint8_t* p, __m256* even, __m256* odd) {
+    const __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    const __m256i m = _mm256_set1_epi32(static_cast<int>(0x87F00000u));
+    *even = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(w, 20), m));
+    *odd = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(w, 4), m));
   }
 };
 // Load32 moves 32 codes straight into float32's places, the even codes'
@@ -320,6 +329,9 @@ ATTN_FP8_DOT void QkWords(const uint16_t* qw, const float* unit, const uint8_t* 
 void QkFp8(const float* q, int64_t rows, const uint8_t* k, int64_t c, int64_t d, float* s,
            int64_t lds, const uint8_t* next) {
   if (!(UseAvx512(d) && d % 32 == 0 && Bf16MatrixTier() != Bf16Tier::kNone)) {
+    if (!UseAvx512(d) && d % 16 == 0 && rows >= 4) {
+      return QkEvenOddPage<LoadFp8>(q, rows, k, c, d, s, lds, next);
+    }
     return QkPageOf<LoadFp8, Load512Fp8>(q, rows, k, c, d, s, lds, next);
   }
   WordRows& qw = PreparedRows<WordRows>(q);  // once per kv head, not per page
@@ -401,6 +413,9 @@ struct PairsFp8 {
 void PvFp8(const float* p, int64_t rows, int64_t ldp, const uint8_t* v, int64_t c, int64_t dv,
            float* o, const uint8_t* next) {
   if (!(UseAvx512(dv) && dv % 32 == 0 && UseGfni())) {
+    if (!UseAvx512(dv) && dv % 16 == 0 && rows >= 4) {
+      return PvEvenOddPage<LoadFp8>(p, rows, ldp, v, c, dv, o, next);
+    }
     return PvPageOf<LoadFp8, Load512Fp8>(p, rows, ldp, v, c, dv, o, next);
   }
   thread_local WordRows w;

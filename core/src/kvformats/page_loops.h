@@ -9,6 +9,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -139,6 +140,48 @@ inline PairAhead PairAheadOf(const uint8_t* next, int64_t c, int64_t dv, int64_t
 // The AVX-512 loops run for this width (D or Dv): a multiple of 16 on the
 // AVX-512 tier.
 bool UseAvx512(int64_t width);
+
+// 2^e as a float, for e in [-126, 127].
+inline float Pow2(int e) {
+  const uint32_t bits = static_cast<uint32_t>(e + 127) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// x times 2^e for e in [-254, 254] (a ShiftOfMax exponent, or its negation
+// for the way back): two float factors, 2^(e/2) then the rest.
+inline float ScaledByPow2(float x, int e) { return x * Pow2(e / 2) * Pow2(e - e / 2); }
+
+// The power of two that brings amax, a row's largest magnitude, to
+// [2^100, 2^101), as an exponent e (0 for zeros or a non-finite amax).
+// Rows scaled so meet a loader's tiny values (fp8's codes at 2^-120 times
+// their values: kUnit16 here, kUnit32 on the AVX-512 tier) without
+// products in float32's subnormals.
+inline int ShiftOfMax(float amax) {
+  if (!(amax > 0.0f) || !std::isfinite(amax)) return 0;
+  uint32_t bits;
+  std::memcpy(&bits, &amax, 4);
+  // amax in [2^(b - 127), 2^(b - 126)) for its biased exponent b (a
+  // subnormal's b is 0: it is below 2^-126 and ends below 2^101).
+  // At least -15, so that the sums' way back (2^(112 - e) for fp8) is a
+  // float: rows above 2^116 end below 2^113.
+  return std::max(-15, 101 - (static_cast<int>(bits >> 23) - 126));
+}
+
+// max |x[i]| over i < n (0 for n == 0; a NaN may or may not show).
+ATTN_AVX2 inline float AbsMax256(const float* x, int64_t n) {
+  const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  __m256 m = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(x + i), abs));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, m);
+  float r = 0.0f;
+  for (const float l : lanes) r = std::max(r, l);
+  for (; i < n; ++i) r = std::max(r, std::fabs(x[i]));
+  return r;
+}
 
 // Four query rows (q0, d apart) against keys [0, c) three at a time:
 // twelve sums, and each query load feeds three FMAs (the loop had run at

@@ -149,32 +149,8 @@ ATTN_AVX512 inline float AbsMax512(const float* x, int64_t n) {
 }
 
 // The power of two that brings the largest magnitude of x[0, n) to
-// [2^100, 2^101), as an exponent e (0 for zeros or a non-finite element).
-// Rows scaled so meet a loader's tiny values (kUnit != 1: fp8's codes at
-// 2^-120 times their values) without products in float32's subnormals.
-ATTN_DECODE512 inline int ShiftFor(const float* x, int64_t n) {
-  const float amax = AbsMax512(x, n);
-  if (!(amax > 0.0f) || !std::isfinite(amax)) return 0;
-  uint32_t bits;
-  std::memcpy(&bits, &amax, 4);
-  // amax in [2^(b - 127), 2^(b - 126)) for its biased exponent b (a
-  // subnormal's b is 0: it is below 2^-126 and ends below 2^101).
-  // At least -15, so that the sums' way back (2^(112 - e) for fp8) is a
-  // float: rows above 2^116 end below 2^113.
-  return std::max(-15, 101 - (static_cast<int>(bits >> 23) - 126));
-}
-
-// 2^e as a float, for e in [-126, 127].
-inline float Pow2(int e) {
-  const uint32_t bits = static_cast<uint32_t>(e + 127) << 23;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-// x times 2^e for e in [-254, 254] (a ShiftFor exponent, or its negation
-// for the way back): two float factors, 2^(e/2) then the rest.
-inline float ScaledByPow2(float x, int e) { return x * Pow2(e / 2) * Pow2(e - e / 2); }
+// [2^100, 2^101), as an exponent e (ShiftOfMax, page_loops.h).
+ATTN_DECODE512 inline int ShiftFor(const float* x, int64_t n) { return ShiftOfMax(AbsMax512(x, n)); }
 
 // The same sixteen lanes at a time.
 struct TimesPow2 {

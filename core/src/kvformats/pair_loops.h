@@ -1,7 +1,9 @@
-// The decode kernel's PV over codes that widen to 16-bit numbers, two
-// tokens a step (int8's loops in integer units, fp8's on bf16 dot
-// products): one AVX-512 loop, each format's policy; and int8's on the
-// AVX2 tier (PairPasses256). Internal to core.
+// The decode kernel's loops over codes in pairs. PV over codes that widen
+// to 16-bit numbers, two tokens a step (int8's loops in integer units,
+// fp8's on bf16 dot products): one AVX-512 loop, each format's policy; and
+// int8's on the AVX2 tier (PairPasses256). fp8's QK and PV on the AVX2
+// tier over channel pairs, even and odd (QkEvenOddPage, PvEvenOddPage).
+// Internal to core.
 #pragma once
 
 #include <algorithm>
@@ -218,6 +220,172 @@ ATTN_DECODE inline void PairPasses256(const int32_t* pairs, int64_t np, const fl
                      r == 0 ? first : nullptr);
     }
   }
+}
+
+// ---- the AVX2 tier: channel pairs (fp8 codes) ------------------------------
+// A Load policy with Load16(p, &even, &odd) gives the 16 codes at p as
+// float32s, channels 0, 2, .., 14 then 1, 3, .., 15, each its Load value
+// over kUnit16. fp8's puts a code's bits where float32's are: three integer
+// instructions for 16 codes, where Load takes four and a conversion for 8.
+// The four-row loops below take 16 channels a step; the rows that meet the
+// codes are first scaled as ShiftOfMax says (the AVX-512 tier's loops do
+// the same with Load32).
+
+// Query rows for Load16: the first rows / 4 * 4 rows, each times its 2^e
+// in Load16's channel order (d apart), and the factors that take their
+// sums back to Load's units.
+struct EvenOddQuery {
+  std::vector<float> q, unit;
+  RowsOrigin origin;  // the rows they were made from (PreparedRows)
+};
+ATTN_DECODE inline void PrepareEvenOdd(const float* q, int64_t rows, int64_t d, float k_unit,
+                                       EvenOddQuery* out) {
+  out->q.resize(static_cast<size_t>(rows * d));
+  out->unit.resize(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* qr = q + r * d;
+    const int e = ShiftOfMax(AbsMax256(qr, d));
+    out->unit[static_cast<size_t>(r)] = ScaledByPow2(k_unit, -e);
+    const __m256 f1 = _mm256_set1_ps(Pow2(e / 2)), f2 = _mm256_set1_ps(Pow2(e - e / 2));
+    float* dst = out->q.data() + r * d;
+    for (int64_t x = 0; x < d; x += 16) {
+      const __m256 a = _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(qr + x), f1), f2);
+      const __m256 b = _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(qr + x + 8), f1), f2);
+      // (a0 a2 b0 b2 | a4 a6 b4 b6), its 64-bit pairs put in order.
+      const __m256d ev = _mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88));
+      const __m256d od = _mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xDD));
+      _mm256_storeu_ps(dst + x, _mm256_castpd_ps(_mm256_permute4x64_pd(ev, 0xD8)));
+      _mm256_storeu_ps(dst + x + 8, _mm256_castpd_ps(_mm256_permute4x64_pd(od, 0xD8)));
+    }
+  }
+}
+
+// Four prepared rows (qp, d apart; d a multiple of 16) against keys [0, c)
+// two at a time: eight sums. Returns the keys done (c rounded down to 2).
+template <typename L>
+ATTN_DECODE int64_t QkEvenOdd256(const float* qp, const float* unit, const typename L::T* k,
+                                 int64_t c, int64_t d, float* s, int64_t lds,
+                                 const uint8_t* next) {
+  const int64_t tb = d * static_cast<int64_t>(sizeof(typename L::T));
+  const __m128 units = _mm_loadu_ps(unit);
+  int64_t j = 0;
+  for (; j + 2 <= c; j += 2) {
+    PrefetchToken(next, tb, j);
+    PrefetchToken(next, tb, j + 1);
+    const typename L::T* kj = k + j * d;
+    __m256 a[4], b[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) a[i] = b[i] = _mm256_setzero_ps();
+    for (int64_t x = 0; x < d; x += 16) {
+      __m256 e0, o0, e1, o1;
+      L::Load16(kj + x, &e0, &o0);
+      L::Load16(kj + d + x, &e1, &o1);
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        const __m256 qe = _mm256_loadu_ps(qp + i * d + x), qo = _mm256_loadu_ps(qp + i * d + x + 8);
+        a[i] = _mm256_fmadd_ps(qe, e0, a[i]);
+        b[i] = _mm256_fmadd_ps(qe, e1, b[i]);
+        a[i] = _mm256_fmadd_ps(qo, o0, a[i]);
+        b[i] = _mm256_fmadd_ps(qo, o1, b[i]);
+      }
+    }
+    alignas(16) float out[8];
+    _mm_store_ps(out, _mm_mul_ps(Sum4(a[0], a[1], a[2], a[3]), units));
+    _mm_store_ps(out + 4, _mm_mul_ps(Sum4(b[0], b[1], b[2], b[3]), units));
+    for (int i = 0; i < 4; ++i) {
+      s[i * lds + j] = out[i];
+      s[i * lds + j + 1] = out[4 + i];
+    }
+  }
+  return j;
+}
+
+// Four rows of weights (w, ldw apart, scaled: units take their sums back)
+// by columns [x, x + 16) over tokens [0, c): even and odd columns' sums
+// from 0, put back in column order and added to o0's rows (dv apart).
+template <typename L>
+ATTN_DECODE void PvEvenOdd256(const float* w, int64_t ldw, const float* units,
+                              const typename L::T* v, int64_t c, int64_t dv, int64_t x, float* o0,
+                              const SpreadPrefetch& pf) {
+  // Named sums: as an array, GCC kept them in memory beside the prefetch's loop.
+  __m256 e0 = _mm256_setzero_ps(), e1 = e0, e2 = e0, e3 = e0, d0 = e0, d1 = e0, d2 = e0, d3 = e0;
+  for (int64_t j = 0; j < c; ++j) {
+    pf(x / 16, j);
+    __m256 ve, vo;
+    L::Load16(v + j * dv + x, &ve, &vo);
+    const __m256 w0 = _mm256_broadcast_ss(w + j), w1 = _mm256_broadcast_ss(w + ldw + j);
+    const __m256 w2 = _mm256_broadcast_ss(w + 2 * ldw + j);
+    const __m256 w3 = _mm256_broadcast_ss(w + 3 * ldw + j);
+    e0 = _mm256_fmadd_ps(w0, ve, e0);
+    d0 = _mm256_fmadd_ps(w0, vo, d0);
+    e1 = _mm256_fmadd_ps(w1, ve, e1);
+    d1 = _mm256_fmadd_ps(w1, vo, d1);
+    e2 = _mm256_fmadd_ps(w2, ve, e2);
+    d2 = _mm256_fmadd_ps(w2, vo, d2);
+    e3 = _mm256_fmadd_ps(w3, ve, e3);
+    d3 = _mm256_fmadd_ps(w3, vo, d3);
+  }
+  const __m256 ev[4] = {e0, e1, e2, e3}, od[4] = {d0, d1, d2, d3};
+  for (int i = 0; i < 4; ++i) {
+    // (0 1 2 3 | 8 9 10 11) and (4 5 6 7 | 12 13 14 15)
+    const __m256 lo = _mm256_unpacklo_ps(ev[i], od[i]), hi = _mm256_unpackhi_ps(ev[i], od[i]);
+    const __m256 unit = _mm256_set1_ps(units[i]);
+    float* oi = o0 + i * dv;
+    _mm256_storeu_ps(oi, _mm256_fmadd_ps(_mm256_permute2f128_ps(lo, hi, 0x20), unit,
+                                         _mm256_loadu_ps(oi)));
+    _mm256_storeu_ps(oi + 8, _mm256_fmadd_ps(_mm256_permute2f128_ps(lo, hi, 0x31), unit,
+                                             _mm256_loadu_ps(oi + 8)));
+  }
+}
+
+// Four rows of weights (p0, ldp apart) over c tokens, each times its 2^e
+// (ShiftOfMax), c apart in `out`, and their units (k_unit over 2^e).
+ATTN_DECODE inline void ScaledWeights(const float* p0, int64_t ldp, int64_t c, float k_unit,
+                                      std::vector<float>* out, float* units) {
+  out->resize(static_cast<size_t>(4 * c));
+  for (int64_t i = 0; i < 4; ++i) {
+    const float* pi = p0 + i * ldp;
+    const int e = ShiftOfMax(AbsMax256(pi, c));
+    units[i] = ScaledByPow2(k_unit, -e);
+    const float f1 = Pow2(e / 2), f2 = Pow2(e - e / 2);
+    for (int64_t j = 0; j < c; ++j) (*out)[static_cast<size_t>(i * c + j)] = pi[j] * f1 * f2;
+  }
+}
+
+// QK over a page (d a multiple of 16): the quads of rows by QkEvenOdd256
+// (the query prepared once per kv head), a last odd key and the rows past
+// them by QkFast.
+template <typename L>
+void QkEvenOddPage(const float* q, int64_t rows, const typename L::T* k, int64_t c, int64_t d,
+                   float* s, int64_t lds, const uint8_t* next) {
+  EvenOddQuery& eo = PreparedRows<EvenOddQuery>(q);
+  if (!eo.origin.Same(q, rows, d)) PrepareEvenOdd(q, rows / 4 * 4, d, L::kUnit16, &eo);
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    const int64_t j = QkEvenOdd256<L>(eo.q.data() + r * d, eo.unit.data() + r, k, c, d,
+                                      s + r * lds, lds, r == 0 ? next : nullptr);
+    if (j < c) QkFast<L>(q + r * d, 4, k + j * d, c - j, d, s + r * lds + j, lds, nullptr);
+  }
+  if (r < rows) QkFast<L>(q + r * d, rows - r, k, c, d, s + r * lds, lds, r == 0 ? next : nullptr);
+}
+
+// PV over a page (dv a multiple of 16): the quads of rows by PvEvenOdd256
+// over their scaled weights, the rows past them by PvFast.
+template <typename L>
+void PvEvenOddPage(const float* p, int64_t rows, int64_t ldp, const typename L::T* v, int64_t c,
+                   int64_t dv, float* o, const uint8_t* next) {
+  const int64_t tb = dv * static_cast<int64_t>(sizeof(typename L::T));
+  thread_local std::vector<float> scaled;
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    const SpreadPrefetch pf(r == 0 ? next : nullptr, tb, c, dv / 16);
+    float units[4];
+    ScaledWeights(p + r * ldp, ldp, c, L::kUnit16, &scaled, units);
+    for (int64_t x = 0; x < dv; x += 16) {
+      PvEvenOdd256<L>(scaled.data(), c, units, v, c, dv, x, o + r * dv + x, pf);
+    }
+  }
+  if (r < rows) PvFast<L>(p + r * ldp, rows - r, ldp, v, c, dv, o + r * dv, r == 0 ? next : nullptr);
 }
 
 }  // namespace attn::internal

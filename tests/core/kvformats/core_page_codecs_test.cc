@@ -418,8 +418,10 @@ TEST(PageLoops, PinnedQueryRowsAreTrustedOnlyUnderTheirPin) {
 // fp8's bf16 loops scale each query row and each row of weights by a power
 // of two before rounding them to bf16, so that no product of theirs with a
 // code (the code's value times 2^-120 in bf16's places) falls into float32's
-// subnormals, which VDPBF16PS flushes to 0. Rows from 2^-110 to 2^60 keep
-// the bf16 rounding's relative precision; the float loops meet it anyway.
+// subnormals, which VDPBF16PS flushes to 0. The AVX2 tier's channel-pair
+// loops (pair_loops.h) meet the same codes as float32s and scale the same
+// way. Rows from 2^-110 to 2^60 keep the bf16 rounding's relative
+// precision; the float loops meet it anyway.
 TEST(PageLoops, Fp8RowsFarFromOneKeepTheirPrecision) {
   if (!attn::internal::InRegisterTier()) GTEST_SKIP() << "no in-register loops on this tier";
   const PageCodec& codec = CodecOf(PageFormat::kFp8E4M3);
