@@ -329,7 +329,7 @@ ATTN_FP8_DOT void QkWords(const uint16_t* qw, const float* unit, const uint8_t* 
 void QkFp8(const float* q, int64_t rows, const uint8_t* k, int64_t c, int64_t d, float* s,
            int64_t lds, const uint8_t* next) {
   if (!(UseAvx512(d) && d % 32 == 0 && Bf16MatrixTier() != Bf16Tier::kNone)) {
-    if (!UseAvx512(d) && d % 16 == 0 && rows >= 4) {
+    if (!UseAvx512(d) && d % 16 == 0) {
       return QkEvenOddPage<LoadFp8>(q, rows, k, c, d, s, lds, next);
     }
     return QkPageOf<LoadFp8, Load512Fp8>(q, rows, k, c, d, s, lds, next);
@@ -413,7 +413,7 @@ struct PairsFp8 {
 void PvFp8(const float* p, int64_t rows, int64_t ldp, const uint8_t* v, int64_t c, int64_t dv,
            float* o, const uint8_t* next) {
   if (!(UseAvx512(dv) && dv % 32 == 0 && UseGfni())) {
-    if (!UseAvx512(dv) && dv % 16 == 0 && rows >= 4) {
+    if (!UseAvx512(dv) && dv % 16 == 0) {
       return PvEvenOddPage<LoadFp8>(p, rows, ldp, v, c, dv, o, next);
     }
     return PvPageOf<LoadFp8, Load512Fp8>(p, rows, ldp, v, c, dv, o, next);

@@ -225,15 +225,14 @@ ATTN_DECODE inline void PairPasses256(const int32_t* pairs, int64_t np, const fl
 // ---- the AVX2 tier: channel pairs (fp8 codes) ------------------------------
 // A Load policy with Load16(p, &even, &odd) gives the 16 codes at p as
 // float32s, channels 0, 2, .., 14 then 1, 3, .., 15, each its Load value
-// over kUnit16. fp8's puts a code's bits where float32's are: three integer
-// instructions for 16 codes, where Load takes four and a conversion for 8.
-// The four-row loops below take 16 channels a step; the rows that meet the
-// codes are first scaled as ShiftOfMax says (the AVX-512 tier's loops do
-// the same with Load32).
+// over kUnit16. fp8's puts a code's bits where float32's are: five integer
+// instructions for 16 codes, where Load takes three and a conversion for 8.
+// The loops below take 16 channels a step, over up to four rows (R); the
+// rows that meet the codes are first scaled as ShiftOfMax says (the
+// AVX-512 tier's loops do the same with Load32).
 
-// Query rows for Load16: the first rows / 4 * 4 rows, each times its 2^e
-// in Load16's channel order (d apart), and the factors that take their
-// sums back to Load's units.
+// Query rows for Load16: each row times its 2^e in Load16's channel order
+// (d apart), and the factors that take their sums back to Load's units.
 struct EvenOddQuery {
   std::vector<float> q, unit;
   RowsOrigin origin;  // the rows they were made from (PreparedRows)
@@ -260,53 +259,72 @@ ATTN_DECODE inline void PrepareEvenOdd(const float* q, int64_t rows, int64_t d, 
   }
 }
 
-// Four prepared rows (qp, d apart; d a multiple of 16) against keys [0, c)
-// two at a time: eight sums. Returns the keys done (c rounded down to 2).
-template <typename L>
+// R prepared rows (qp, d apart; d a multiple of 16) against keys [0, c) K
+// at a time: R K sums (eight for four rows by two keys or two by four;
+// three rows take two keys). Returns the keys done (c rounded down to K).
+template <typename L, int R, int K>
 ATTN_DECODE int64_t QkEvenOdd256(const float* qp, const float* unit, const typename L::T* k,
                                  int64_t c, int64_t d, float* s, int64_t lds,
                                  const uint8_t* next) {
+  static_assert(R >= 1 && R <= 4 && R * K <= 8, "at most eight sums in registers");
   const int64_t tb = d * static_cast<int64_t>(sizeof(typename L::T));
-  const __m128 units = _mm_loadu_ps(unit);
+  alignas(16) float per_sum[8] = {};  // each sum's row's unit, in the sums' order
+  for (int i = 0; i < R * K; ++i) per_sum[i] = unit[i / K];
+  const __m128 u0 = _mm_load_ps(per_sum), u1 = _mm_load_ps(per_sum + 4);
   int64_t j = 0;
-  for (; j + 2 <= c; j += 2) {
-    PrefetchToken(next, tb, j);
-    PrefetchToken(next, tb, j + 1);
+  for (; j + K <= c; j += K) {
+    for (int t = 0; t < K; ++t) PrefetchToken(next, tb, j + t);
     const typename L::T* kj = k + j * d;
-    __m256 a[4], b[4];
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; ++i) a[i] = b[i] = _mm256_setzero_ps();
+    __m256 acc[8];  // acc[i * K + t]: row i, key j + t
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
     for (int64_t x = 0; x < d; x += 16) {
-      __m256 e0, o0, e1, o1;
-      L::Load16(kj + x, &e0, &o0);
-      L::Load16(kj + d + x, &e1, &o1);
+      if constexpr (K == 2) {  // both keys' vectors, then each row's pair of the query's
+        __m256 ke[2], ko[2];
+        L::Load16(kj + x, &ke[0], &ko[0]);
+        L::Load16(kj + d + x, &ke[1], &ko[1]);
 #pragma GCC unroll 4
-      for (int i = 0; i < 4; ++i) {
-        const __m256 qe = _mm256_loadu_ps(qp + i * d + x), qo = _mm256_loadu_ps(qp + i * d + x + 8);
-        a[i] = _mm256_fmadd_ps(qe, e0, a[i]);
-        b[i] = _mm256_fmadd_ps(qe, e1, b[i]);
-        a[i] = _mm256_fmadd_ps(qo, o0, a[i]);
-        b[i] = _mm256_fmadd_ps(qo, o1, b[i]);
+        for (int i = 0; i < R; ++i) {
+          const __m256 qe = _mm256_loadu_ps(qp + i * d + x);
+          const __m256 qo = _mm256_loadu_ps(qp + i * d + x + 8);
+          for (int t = 0; t < 2; ++t) {
+            acc[i * 2 + t] = _mm256_fmadd_ps(qe, ke[t], acc[i * 2 + t]);
+            acc[i * 2 + t] = _mm256_fmadd_ps(qo, ko[t], acc[i * 2 + t]);
+          }
+        }
+      } else {  // one key's vectors at a time (four keys' would not fit the registers)
+#pragma GCC unroll 4
+        for (int t = 0; t < K; ++t) {
+          __m256 ke, ko;
+          L::Load16(kj + t * d + x, &ke, &ko);
+          for (int i = 0; i < R; ++i) {
+            acc[i * K + t] = _mm256_fmadd_ps(_mm256_loadu_ps(qp + i * d + x), ke, acc[i * K + t]);
+            acc[i * K + t] =
+                _mm256_fmadd_ps(_mm256_loadu_ps(qp + i * d + x + 8), ko, acc[i * K + t]);
+          }
+        }
       }
     }
     alignas(16) float out[8];
-    _mm_store_ps(out, _mm_mul_ps(Sum4(a[0], a[1], a[2], a[3]), units));
-    _mm_store_ps(out + 4, _mm_mul_ps(Sum4(b[0], b[1], b[2], b[3]), units));
-    for (int i = 0; i < 4; ++i) {
-      s[i * lds + j] = out[i];
-      s[i * lds + j + 1] = out[4 + i];
+    _mm_store_ps(out, _mm_mul_ps(Sum4(acc[0], acc[1], acc[2], acc[3]), u0));
+    if constexpr (R * K > 4) {
+      _mm_store_ps(out + 4, _mm_mul_ps(Sum4(acc[4], acc[5], acc[6], acc[7]), u1));
+    }
+    for (int i = 0; i < R; ++i) {
+      for (int t = 0; t < K; ++t) s[i * lds + j + t] = out[i * K + t];
     }
   }
   return j;
 }
 
-// Four rows of weights (w, ldw apart, scaled: units take their sums back)
-// by columns [x, x + 16) over tokens [0, c): even and odd columns' sums
-// from 0, put back in column order and added to o0's rows (dv apart).
-template <typename L>
+// R rows of weights (w, ldw apart, scaled: units take their sums back) by
+// columns [x, x + 16) over tokens [0, c): even and odd columns' sums from
+// 0, put back in column order and added to o0's rows (dv apart).
+template <typename L, int R>
 ATTN_DECODE void PvEvenOdd256(const float* w, int64_t ldw, const float* units,
                               const typename L::T* v, int64_t c, int64_t dv, int64_t x, float* o0,
                               const SpreadPrefetch& pf) {
+  static_assert(R >= 2 && R <= 4, "one row's two sums would wait on their latency");
   // Named sums: as an array, GCC kept them in memory beside the prefetch's loop.
   __m256 e0 = _mm256_setzero_ps(), e1 = e0, e2 = e0, e3 = e0, d0 = e0, d1 = e0, d2 = e0, d3 = e0;
   for (int64_t j = 0; j < c; ++j) {
@@ -314,19 +332,23 @@ ATTN_DECODE void PvEvenOdd256(const float* w, int64_t ldw, const float* units,
     __m256 ve, vo;
     L::Load16(v + j * dv + x, &ve, &vo);
     const __m256 w0 = _mm256_broadcast_ss(w + j), w1 = _mm256_broadcast_ss(w + ldw + j);
-    const __m256 w2 = _mm256_broadcast_ss(w + 2 * ldw + j);
-    const __m256 w3 = _mm256_broadcast_ss(w + 3 * ldw + j);
     e0 = _mm256_fmadd_ps(w0, ve, e0);
     d0 = _mm256_fmadd_ps(w0, vo, d0);
     e1 = _mm256_fmadd_ps(w1, ve, e1);
     d1 = _mm256_fmadd_ps(w1, vo, d1);
-    e2 = _mm256_fmadd_ps(w2, ve, e2);
-    d2 = _mm256_fmadd_ps(w2, vo, d2);
-    e3 = _mm256_fmadd_ps(w3, ve, e3);
-    d3 = _mm256_fmadd_ps(w3, vo, d3);
+    if constexpr (R > 2) {
+      const __m256 w2 = _mm256_broadcast_ss(w + 2 * ldw + j);
+      e2 = _mm256_fmadd_ps(w2, ve, e2);
+      d2 = _mm256_fmadd_ps(w2, vo, d2);
+    }
+    if constexpr (R > 3) {
+      const __m256 w3 = _mm256_broadcast_ss(w + 3 * ldw + j);
+      e3 = _mm256_fmadd_ps(w3, ve, e3);
+      d3 = _mm256_fmadd_ps(w3, vo, d3);
+    }
   }
   const __m256 ev[4] = {e0, e1, e2, e3}, od[4] = {d0, d1, d2, d3};
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < R; ++i) {
     // (0 1 2 3 | 8 9 10 11) and (4 5 6 7 | 12 13 14 15)
     const __m256 lo = _mm256_unpacklo_ps(ev[i], od[i]), hi = _mm256_unpackhi_ps(ev[i], od[i]);
     const __m256 unit = _mm256_set1_ps(units[i]);
@@ -338,12 +360,12 @@ ATTN_DECODE void PvEvenOdd256(const float* w, int64_t ldw, const float* units,
   }
 }
 
-// Four rows of weights (p0, ldp apart) over c tokens, each times its 2^e
+// R rows of weights (p0, ldp apart) over c tokens, each times its 2^e
 // (ShiftOfMax), c apart in `out`, and their units (k_unit over 2^e).
-ATTN_DECODE inline void ScaledWeights(const float* p0, int64_t ldp, int64_t c, float k_unit,
-                                      std::vector<float>* out, float* units) {
-  out->resize(static_cast<size_t>(4 * c));
-  for (int64_t i = 0; i < 4; ++i) {
+ATTN_DECODE inline void ScaledWeights(const float* p0, int64_t ldp, int64_t rows, int64_t c,
+                                      float k_unit, std::vector<float>* out, float* units) {
+  out->resize(static_cast<size_t>(rows * c));
+  for (int64_t i = 0; i < rows; ++i) {
     const float* pi = p0 + i * ldp;
     const int e = ShiftOfMax(AbsMax256(pi, c));
     units[i] = ScaledByPow2(k_unit, -e);
@@ -352,38 +374,49 @@ ATTN_DECODE inline void ScaledWeights(const float* p0, int64_t ldp, int64_t c, f
   }
 }
 
-// QK over a page (d a multiple of 16): the quads of rows by QkEvenOdd256
-// (the query prepared once per kv head), a last odd key and the rows past
-// them by QkFast.
+// QK over R rows from row r of a page (QkEvenOdd256: two keys a step for
+// three or four rows, four for one or two), its last keys by QkFast.
+template <typename L, int R>
+void QkEvenOddRows(const float* q, const EvenOddQuery& eo, int64_t r, const typename L::T* k,
+                   int64_t c, int64_t d, float* s, int64_t lds, const uint8_t* next) {
+  constexpr int K = R > 2 ? 2 : 4;
+  const int64_t j = QkEvenOdd256<L, R, K>(eo.q.data() + r * d, eo.unit.data() + r, k, c, d,
+                                          s + r * lds, lds, next);
+  if (j < c) QkFast<L>(q + r * d, R, k + j * d, c - j, d, s + r * lds + j, lds, nullptr);
+}
+
+// QK over a page (d a multiple of 16): four rows at a time, then the one
+// to three left (the query prepared once per kv head).
 template <typename L>
 void QkEvenOddPage(const float* q, int64_t rows, const typename L::T* k, int64_t c, int64_t d,
                    float* s, int64_t lds, const uint8_t* next) {
   EvenOddQuery& eo = PreparedRows<EvenOddQuery>(q);
-  if (!eo.origin.Same(q, rows, d)) PrepareEvenOdd(q, rows / 4 * 4, d, L::kUnit16, &eo);
+  if (!eo.origin.Same(q, rows, d)) PrepareEvenOdd(q, rows, d, L::kUnit16, &eo);
   int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) {
-    const int64_t j = QkEvenOdd256<L>(eo.q.data() + r * d, eo.unit.data() + r, k, c, d,
-                                      s + r * lds, lds, r == 0 ? next : nullptr);
-    if (j < c) QkFast<L>(q + r * d, 4, k + j * d, c - j, d, s + r * lds + j, lds, nullptr);
-  }
-  if (r < rows) QkFast<L>(q + r * d, rows - r, k, c, d, s + r * lds, lds, r == 0 ? next : nullptr);
+  for (; r + 4 <= rows; r += 4) QkEvenOddRows<L, 4>(q, eo, r, k, c, d, s, lds, r == 0 ? next : nullptr);
+  const uint8_t* ahead = r == 0 ? next : nullptr;
+  if (rows - r == 3) QkEvenOddRows<L, 3>(q, eo, r, k, c, d, s, lds, ahead);
+  if (rows - r == 2) QkEvenOddRows<L, 2>(q, eo, r, k, c, d, s, lds, ahead);
+  if (rows - r == 1) QkEvenOddRows<L, 1>(q, eo, r, k, c, d, s, lds, ahead);
 }
 
-// PV over a page (dv a multiple of 16): the quads of rows by PvEvenOdd256
-// over their scaled weights, the rows past them by PvFast.
+// PV over a page (dv a multiple of 16): four rows at a time, then three or
+// two by PvEvenOdd256 over their scaled weights; a last single row by
+// PvFast (32 columns a pass, four sums, where 16 would wait on two).
 template <typename L>
 void PvEvenOddPage(const float* p, int64_t rows, int64_t ldp, const typename L::T* v, int64_t c,
                    int64_t dv, float* o, const uint8_t* next) {
   const int64_t tb = dv * static_cast<int64_t>(sizeof(typename L::T));
   thread_local std::vector<float> scaled;
   int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) {
+  while (rows - r >= 2) {
+    const int64_t n = std::min<int64_t>(4, rows - r);
     const SpreadPrefetch pf(r == 0 ? next : nullptr, tb, c, dv / 16);
     float units[4];
-    ScaledWeights(p + r * ldp, ldp, c, L::kUnit16, &scaled, units);
-    for (int64_t x = 0; x < dv; x += 16) {
-      PvEvenOdd256<L>(scaled.data(), c, units, v, c, dv, x, o + r * dv + x, pf);
-    }
+    ScaledWeights(p + r * ldp, ldp, n, c, L::kUnit16, &scaled, units);
+    const auto pass = n == 4 ? PvEvenOdd256<L, 4> : n == 3 ? PvEvenOdd256<L, 3> : PvEvenOdd256<L, 2>;
+    for (int64_t x = 0; x < dv; x += 16) pass(scaled.data(), c, units, v, c, dv, x, o + r * dv + x, pf);
+    r += n;
   }
   if (r < rows) PvFast<L>(p + r * ldp, rows - r, ldp, v, c, dv, o + r * dv, r == 0 ? next : nullptr);
 }
