@@ -37,7 +37,7 @@ def load_core(path):
                             "probe": b.get("probe_GBps")}
         elif "GFLOPS" in b:
             rows[name] = {"ms": ms, "gflops": rate(b["GFLOPS"])}
-        elif name.startswith("BM_PageLoops") and b.get("items_per_second"):
+        elif name.startswith(("BM_PageLoops", "BM_PageLoopRows")) and b.get("items_per_second"):
             loops[name] = {"ns": 1e9 / b["items_per_second"], "label": b.get("label", "")}
     return doc["context"], rows, memory, conversions, loops
 

@@ -65,6 +65,9 @@ def interleaved_core_bench_json():
                            row("BM_OneDnnMatmul1024", 0, 10.0, GFLOPS=100.0),
                            dict(row("BM_PageLoops/format:1/pv:0", 6, 0.0008,
                                     items_per_second=1.6e8, label="bfloat16 qk"),
+                                time_unit="ms"),
+                           dict(row("BM_PageLoopRows/format:4/pv:0/rows:7", 7, 0.0029,
+                                    items_per_second=4e7, label="fp8_e4m3 qk"),
                                 time_unit="ms")]}
 
 
@@ -95,6 +98,7 @@ class Summaries(unittest.TestCase):
         self.assertIn("| BM_FloatToHalf/bf16:1 | bfloat16 | 0.100 | 30.0 |", out)
         # A page-loop row in ns a token: 1e9 / 1.6e8 tokens a second.
         self.assertIn("| BM_PageLoops/format:1/pv:0 | bfloat16 qk | 6.25 |", out)
+        self.assertIn("| BM_PageLoopRows/format:4/pv:0/rows:7 | fp8_e4m3 qk | 25.00 |", out)
         # Registration order, not the order the interleaved rows ran in.
         self.assertLess(out.index("BM_MemoryRead"), out.index("BM_KvDecode"))
 
