@@ -311,8 +311,11 @@ ATTN_FP8_DOT void QkWords(const uint16_t* qw, const float* unit, const uint8_t* 
       const __m512 sum = _mm512_mul_ps(SumEach16Ps(acc), u);
       StoreQuad(s + j, lds, sum);
     } else {
-      _mm_storeu_ps(s + j, _mm_mul_ps(Sum4(Fold(acc[0]), Fold(acc[1]), Fold(acc[2]), Fold(acc[3])),
-                                      _mm_set1_ps(unit[0])));
+      for (int r = 0; r < R; ++r) {
+        const __m128 sums = Sum4(Fold(acc[r * 4]), Fold(acc[r * 4 + 1]), Fold(acc[r * 4 + 2]),
+                                 Fold(acc[r * 4 + 3]));
+        _mm_storeu_ps(s + r * lds + j, _mm_mul_ps(sums, _mm_set1_ps(unit[r])));
+      }
     }
   }
   for (; j < c; ++j) {
@@ -342,9 +345,10 @@ void QkFp8(const float* q, int64_t rows, const uint8_t* k, int64_t c, int64_t d,
     quad(qw.w.data() + r * d, qw.unit.data() + r, k, c, d, s + r * lds, lds,
          r == 0 ? next : nullptr);
   }
-  for (; r < rows; ++r) {
-    QkWords<1>(qw.w.data() + r * d, qw.unit.data() + r, k, c, d, s + r * lds, lds,
-               r == 0 ? next : nullptr);
+  if (r < rows) {  // the one to three rows left, together
+    const auto tail = rows - r == 3 ? QkWords<3> : rows - r == 2 ? QkWords<2> : QkWords<1>;
+    tail(qw.w.data() + r * d, qw.unit.data() + r, k, c, d, s + r * lds, lds,
+         r == 0 ? next : nullptr);
   }
 }
 

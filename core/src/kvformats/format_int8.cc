@@ -127,20 +127,23 @@ ATTN_I8_512 inline __m256 FoldI(__m512i a) {
                        _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1)));
 }
 
-// Four rows (q0, d apart) against keys four at a time: sixteen sums, put
-// together once (SumEach16) instead of a sum at a time. Returns the keys
-// done (c rounded down to 4).
+// R rows (q0, d apart; 1 to 4) against keys four at a time: four rows'
+// sixteen sums are put together once (SumEach16) instead of a sum at a
+// time, fewer rows' row by row. Returns the keys done (c rounded down to 4).
 // kD: d as a constant (0: not), so that the compiler unrolls the channels
 // and overlaps a quad's sums with the next quad's products (a quarter of
 // the loop's time at d = 128). At d = 128 the next page's four rows go
 // out one a 32-channel step (four steps, a row each) rather than all
 // eight lines at once: 7-9% off a cold int8 step. (fp8's QK, the same
 // change: 3-13% slower; docs/performance.md.)
-template <bool kVnni, int kD = 0>
-ATTN_I8_VNNI int64_t QkFourByFour(const int16_t* q0, const float* scale, const int8_t* k, int64_t c,
+template <bool kVnni, int R, int kD = 0>
+ATTN_I8_VNNI int64_t QkRowsByFour(const int16_t* q0, const float* scale, const int8_t* k, int64_t c,
                                   int64_t dd, float* s, int64_t lds, const uint8_t* next) {
+  static_assert(R >= 1 && R <= 4, "one to four rows");
   const int64_t d = kD != 0 ? kD : dd;
-  const __m512 sc = QuadOf(scale);
+  float quad[4] = {};
+  for (int r = 0; r < R; ++r) quad[r] = scale[r];
+  const __m512 sc = QuadOf(quad);
   int64_t j = 0;
   for (; j + 4 <= c; j += 4) {
     constexpr bool kSpread = kD == 128;
@@ -148,22 +151,29 @@ ATTN_I8_VNNI int64_t QkFourByFour(const int16_t* q0, const float* scale, const i
       for (int64_t jj = j; jj < j + 4; ++jj) PrefetchToken(next, d, jj);
     }
     const int8_t* kj = k + j * d;
-    __m512i a[16];
-    for (int i = 0; i < 16; ++i) a[i] = _mm512_setzero_si512();
+    __m512i a[4 * R];
+    for (int i = 0; i < 4 * R; ++i) a[i] = _mm512_setzero_si512();
     for (int64_t x = 0; x < d; x += 32) {
       if constexpr (kSpread) PrefetchToken(next, d, j + x / 32);
-      __m512i kv[4], qv[4];
+      __m512i kv[4], qv[R];
       for (int t = 0; t < 4; ++t) {
         kv[t] = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(kj + t * d + x)));
-        qv[t] = _mm512_loadu_si512(q0 + t * d + x);
       }
-      for (int rr = 0; rr < 4; ++rr) {
+      for (int rr = 0; rr < R; ++rr) qv[rr] = _mm512_loadu_si512(q0 + rr * d + x);
+      for (int rr = 0; rr < R; ++rr) {
         for (int t = 0; t < 4; ++t) a[rr * 4 + t] = DotWords<kVnni>(a[rr * 4 + t], qv[rr], kv[t]);
       }
     }
-    // Block rr of the sums: row rr's four keys.
-    const __m512 sums = _mm512_mul_ps(_mm512_cvtepi32_ps(SumEach16(a)), sc);
-    StoreQuad(s + j, lds, sums);
+    if constexpr (R == 4) {  // block rr of the sums: row rr's four keys
+      const __m512 sums = _mm512_mul_ps(_mm512_cvtepi32_ps(SumEach16(a)), sc);
+      StoreQuad(s + j, lds, sums);
+    } else {
+      for (int rr = 0; rr < R; ++rr) {
+        const __m128 sums = Sum4(FoldI(a[rr * 4]), FoldI(a[rr * 4 + 1]), FoldI(a[rr * 4 + 2]),
+                                 FoldI(a[rr * 4 + 3]));
+        _mm_storeu_ps(s + rr * lds + j, _mm_mul_ps(sums, _mm_set1_ps(quad[rr])));
+      }
+    }
   }
   return j;
 }
@@ -175,7 +185,7 @@ ATTN_I8_VNNI void QkI16x512(const QRows& qr, int64_t rows, const int8_t* k, int6
   int64_t r = 0;
   for (; r + 4 <= rows; r += 4) {  // four rows against four keys, then two
     const int16_t* q0 = q + r * d;
-    const auto quads = d == 128 ? QkFourByFour<kVnni, 128> : QkFourByFour<kVnni>;
+    const auto quads = d == 128 ? QkRowsByFour<kVnni, 4, 128> : QkRowsByFour<kVnni, 4>;
     int64_t j = quads(q0, qr.scale.data() + r, k, c, d, s + r * lds, lds, r == 0 ? next : nullptr);
     for (; j + 2 <= c; j += 2) {
       if (r == 0) {
@@ -225,39 +235,26 @@ ATTN_I8_VNNI void QkI16x512(const QRows& qr, int64_t rows, const int8_t* k, int6
       for (int i = 0; i < 4; ++i) s[(r + i) * lds + j] = out[i] * qr.scale[r + i];
     }
   }
-  for (; r < rows; ++r) {  // one row against four keys
-    const int16_t* q0 = q + r * d;
-    const float sc = qr.scale[static_cast<size_t>(r)];
-    int64_t j = 0;
-    for (; j + 4 <= c; j += 4) {
-      if (r == 0) {
-        for (int64_t jj = j; jj < j + 4; ++jj) PrefetchToken(next, d, jj);
-      }
-      const int8_t* kj = k + j * d;
-      __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
-      for (int64_t x = 0; x < d; x += 32) {
-        const __m512i qv = _mm512_loadu_si512(q0 + x);
-        const int8_t* kx = kj + x;
-        a0 = DotWords<kVnni>(a0, qv, _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)kx)));
-        a1 = DotWords<kVnni>(a1, qv,
-                             _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(kx + d))));
-        a2 = DotWords<kVnni>(
-            a2, qv, _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(kx + 2 * d))));
-        a3 = DotWords<kVnni>(
-            a3, qv, _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(kx + 3 * d))));
-      }
-      _mm_storeu_ps(s + r * lds + j,
-                    _mm_mul_ps(Sum4(FoldI(a0), FoldI(a1), FoldI(a2), FoldI(a3)), _mm_set1_ps(sc)));
-    }
-    for (; j < c; ++j) {
-      if (r == 0) PrefetchToken(next, d, j);
+  if (r == rows) return;
+  // The one to three rows left: against four keys at a time together, then
+  // each against the last keys.
+  const int64_t rest = rows - r;
+  const int16_t* q0 = q + r * d;
+  const auto tile = rest == 3 ? QkRowsByFour<kVnni, 3> : rest == 2 ? QkRowsByFour<kVnni, 2>
+                                                                   : QkRowsByFour<kVnni, 1>;
+  const uint8_t* ahead = r == 0 ? next : nullptr;
+  const int64_t done = tile(q0, qr.scale.data() + r, k, c, d, s + r * lds, lds, ahead);
+  for (int64_t j = done; j < c; ++j) {
+    PrefetchToken(ahead, d, j);
+    for (int64_t rr = 0; rr < rest; ++rr) {
       __m512i a = _mm512_setzero_si512();
       for (int64_t x = 0; x < d; x += 32) {
         a = DotWords<kVnni>(
-            a, _mm512_loadu_si512(q0 + x),
+            a, _mm512_loadu_si512(q0 + rr * d + x),
             _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(k + j * d + x))));
       }
-      s[r * lds + j] = static_cast<float>(_mm512_reduce_add_epi32(a)) * sc;
+      s[(r + rr) * lds + j] =
+          static_cast<float>(_mm512_reduce_add_epi32(a)) * qr.scale[static_cast<size_t>(r + rr)];
     }
   }
 }
@@ -274,18 +271,22 @@ ATTN_DECODE inline __m256i SumEach8(const __m256i* a) {
                           _mm256_permute2x128_si256(g0, g1, 0x31));
 }
 
-// Four rows (q0, d apart) against keys two at a time: eight sums put
-// together once (SumEach8) and stored as four pairs, where one key's four
-// sums a time took about half of the loop's time in their reduction and
-// scalar stores. kD: d as a constant (0: not), so that the compiler unrolls
-// the channels. Returns the keys done (c rounded down to 2).
-template <int kD>
-ATTN_DECODE int64_t QkFourByTwo256(const int16_t* q0, const float* scale, const int8_t* k,
+// R rows (q0, d apart; 2 to 4) against keys two at a time: eight sums
+// (fewer rows' padded with zeros) put together once (SumEach8) and stored
+// as pairs, where one key's four sums a time took about half of the loop's
+// time in their reduction and scalar stores. kD: d as a constant (0: not),
+// so that the compiler unrolls the channels. Returns the keys done (c
+// rounded down to 2).
+template <int R, int kD = 0>
+ATTN_DECODE int64_t QkRowsByTwo256(const int16_t* q0, const float* scale, const int8_t* k,
                                    int64_t c, int64_t dd, float* s, int64_t lds,
                                    const uint8_t* next) {
+  static_assert(R >= 2 && R <= 4, "two to four rows");
   const int64_t d = kD != 0 ? kD : dd;
-  const __m256 sc = _mm256_setr_ps(scale[0], scale[0], scale[1], scale[1], scale[2], scale[2],
-                                   scale[3], scale[3]);
+  float quad[4] = {};
+  for (int r = 0; r < R; ++r) quad[r] = scale[r];
+  const __m256 sc = _mm256_setr_ps(quad[0], quad[0], quad[1], quad[1], quad[2], quad[2],
+                                   quad[3], quad[3]);
   int64_t j = 0;
   for (; j + 2 <= c; j += 2) {
     PrefetchToken(next, d, j);
@@ -295,7 +296,7 @@ ATTN_DECODE int64_t QkFourByTwo256(const int16_t* q0, const float* scale, const 
     for (auto& v : a) v = _mm256_setzero_si256();
     for (int64_t x = 0; x < d; x += 16) {
       const __m256i k0 = Int8Words256(kj + x), k1 = Int8Words256(kj + d + x);
-      for (int rr = 0; rr < 4; ++rr) {
+      for (int rr = 0; rr < R; ++rr) {
         const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q0 + rr * d + x));
         a[2 * rr] = DotWords256(a[2 * rr], qv, k0);
         a[2 * rr + 1] = DotWords256(a[2 * rr + 1], qv, k1);
@@ -309,8 +310,8 @@ ATTN_DECODE int64_t QkFourByTwo256(const int16_t* q0, const float* scale, const 
     const __m128 lo = _mm256_castps256_ps128(sums), hi = _mm256_extractf128_ps(sums, 1);
     _mm_storel_pi(reinterpret_cast<__m64*>(s + j), lo);
     _mm_storeh_pi(reinterpret_cast<__m64*>(s + lds + j), lo);
-    _mm_storel_pi(reinterpret_cast<__m64*>(s + 2 * lds + j), hi);
-    _mm_storeh_pi(reinterpret_cast<__m64*>(s + 3 * lds + j), hi);
+    if constexpr (R > 2) _mm_storel_pi(reinterpret_cast<__m64*>(s + 2 * lds + j), hi);
+    if constexpr (R > 3) _mm_storeh_pi(reinterpret_cast<__m64*>(s + 3 * lds + j), hi);
   }
   return j;
 }
@@ -321,7 +322,7 @@ ATTN_DECODE void QkI16x256(const QRows& qr, int64_t rows, const int8_t* k, int64
   int64_t r = 0;
   for (; r + 4 <= rows; r += 4) {  // four rows against two keys, then one
     const int16_t* q0 = q + r * d;
-    const auto pairs = d == 128 ? QkFourByTwo256<128> : QkFourByTwo256<0>;
+    const auto pairs = d == 128 ? QkRowsByTwo256<4, 128> : QkRowsByTwo256<4>;
     const int64_t done =
         pairs(q0, qr.scale.data() + r, k, c, d, s + r * lds, lds, r == 0 ? next : nullptr);
     for (int64_t j = done; j < c; ++j) {
@@ -340,6 +341,24 @@ ATTN_DECODE void QkI16x256(const QRows& qr, int64_t rows, const int8_t* k, int64
                              _mm256_cvtepi32_ps(a3)));
       for (int i = 0; i < 4; ++i) s[(r + i) * lds + j] = out[i] * qr.scale[r + i];
     }
+  }
+  if (rows - r >= 2) {  // two or three rows left: together, two keys at a time
+    const int64_t rest = rows - r;
+    const int16_t* q0 = q + r * d;
+    const auto pairs = rest == 3 ? QkRowsByTwo256<3> : QkRowsByTwo256<2>;
+    const uint8_t* ahead = r == 0 ? next : nullptr;
+    const int64_t done = pairs(q0, qr.scale.data() + r, k, c, d, s + r * lds, lds, ahead);
+    for (int64_t rr = 0; rr < rest && done < c; ++rr) {  // an odd last key
+      __m256i a = _mm256_setzero_si256();
+      for (int64_t x = 0; x < d; x += 16) {
+        a = DotWords256(a, _mm256_loadu_si256((const __m256i*)(q0 + rr * d + x)),
+                        Int8Words256(k + done * d + x));
+      }
+      const __m256 z = _mm256_setzero_ps();
+      s[(r + rr) * lds + done] =
+          _mm_cvtss_f32(Sum4(_mm256_cvtepi32_ps(a), z, z, z)) * qr.scale[static_cast<size_t>(r + rr)];
+    }
+    r = rows;
   }
   for (; r < rows; ++r) {  // one row against four keys (and the last ones alone)
     const int16_t* q0 = q + r * d;

@@ -215,9 +215,10 @@ ATTN_DECODE inline void PairPasses256(const int32_t* pairs, int64_t np, const fl
       PairRows256<4>(pairs + r * np, np, unit + r, v, c, dv, x, o + r * dv,
                      r == 0 ? first : nullptr);
     }
-    for (; r < rows; ++r) {
-      PairRows256<1>(pairs + r * np, np, unit + r, v, c, dv, x, o + r * dv,
-                     r == 0 ? first : nullptr);
+    if (r < rows) {  // the one to three rows left, together
+      const auto tail = rows - r == 3 ? PairRows256<3> : rows - r == 2 ? PairRows256<2>
+                                                                       : PairRows256<1>;
+      tail(pairs + r * np, np, unit + r, v, c, dv, x, o + r * dv, r == 0 ? first : nullptr);
     }
   }
 }
