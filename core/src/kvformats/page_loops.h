@@ -183,14 +183,23 @@ ATTN_AVX2 inline float AbsMax256(const float* x, int64_t n) {
   return r;
 }
 
-// Four query rows (q0, d apart) against keys [0, c) three at a time:
-// twelve sums, and each query load feeds three FMAs (the loop had run at
-// the loads' rate, two a cycle on a Zen 5, with a load for every FMA).
-// `pb` is where the spread prefetch reads (the next page, or these keys);
-// `next` the next page or null. Returns the keys done (c rounded down to 3).
-template <typename L>
+// Sum4 of v[0, R), zeros past R: {sum v[0], .., sum v[R - 1], 0, ..}.
+template <int R>
+ATTN_AVX2 inline __m128 SumRows(const __m256* v) {
+  const __m256 z = _mm256_setzero_ps();
+  return Sum4(v[0], R > 1 ? v[1] : z, R > 2 ? v[2] : z, R > 3 ? v[3] : z);
+}
+
+// R query rows (q0, d apart; 1 to 4) against keys [0, c) three at a time:
+// twelve sums for four rows, and each query load feeds three FMAs (the
+// loop had run at the loads' rate, two a cycle on a Zen 5, with a load for
+// every FMA). `pb` is where the spread prefetch reads (the next page, or
+// these keys); `next` the next page or null. Returns the keys done (c
+// rounded down to 3).
+template <typename L, int R = 4>
 ATTN_DECODE int64_t QkThreeKeys(const float* q0, const typename L::T* k, int64_t c, int64_t d,
                                 float* s, int64_t lds, const uint8_t* pb, const uint8_t* next) {
+  static_assert(R >= 1 && R <= 4, "one to four rows");
   constexpr int64_t kSz = static_cast<int64_t>(sizeof(typename L::T));
   constexpr bool kWide = kSz >= 2;  // as PvFast's
   const int64_t tb = d * kSz;
@@ -201,34 +210,25 @@ ATTN_DECODE int64_t QkThreeKeys(const float* q0, const typename L::T* k, int64_t
     }
     const typename L::T* kj = k + j * d;
     const uint8_t* pj = pb + j * tb;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
-    __m256 e0 = a0, e1 = a0, e2 = a0, e3 = a0;
+    __m256 a[R], b[R], e[R];  // rows' sums against keys j, j + 1, j + 2
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) a[i] = b[i] = e[i] = _mm256_setzero_ps();
     for (int64_t x = 0; x < d; x += 8) {
       if constexpr (kWide) PrefetchLine(pj + 3 * kSz * x);  // the triple's lines, spread
       const __m256 k0 = L::Load(kj + x), k1 = L::Load(kj + d + x), k2 = L::Load(kj + 2 * d + x);
-      __m256 qv = _mm256_loadu_ps(q0 + x);
-      a0 = _mm256_fmadd_ps(qv, k0, a0);
-      b0 = _mm256_fmadd_ps(qv, k1, b0);
-      e0 = _mm256_fmadd_ps(qv, k2, e0);
-      qv = _mm256_loadu_ps(q0 + d + x);
-      a1 = _mm256_fmadd_ps(qv, k0, a1);
-      b1 = _mm256_fmadd_ps(qv, k1, b1);
-      e1 = _mm256_fmadd_ps(qv, k2, e1);
-      qv = _mm256_loadu_ps(q0 + 2 * d + x);
-      a2 = _mm256_fmadd_ps(qv, k0, a2);
-      b2 = _mm256_fmadd_ps(qv, k1, b2);
-      e2 = _mm256_fmadd_ps(qv, k2, e2);
-      qv = _mm256_loadu_ps(q0 + 3 * d + x);
-      a3 = _mm256_fmadd_ps(qv, k0, a3);
-      b3 = _mm256_fmadd_ps(qv, k1, b3);
-      e3 = _mm256_fmadd_ps(qv, k2, e3);
+#pragma GCC unroll 4
+      for (int i = 0; i < R; ++i) {
+        const __m256 qv = _mm256_loadu_ps(q0 + i * d + x);
+        a[i] = _mm256_fmadd_ps(qv, k0, a[i]);
+        b[i] = _mm256_fmadd_ps(qv, k1, b[i]);
+        e[i] = _mm256_fmadd_ps(qv, k2, e[i]);
+      }
     }
     alignas(16) float out[12];
-    _mm_store_ps(out, Sum4(a0, a1, a2, a3));
-    _mm_store_ps(out + 4, Sum4(b0, b1, b2, b3));
-    _mm_store_ps(out + 8, Sum4(e0, e1, e2, e3));
-    for (int i = 0; i < 4; ++i) {
+    _mm_store_ps(out, SumRows<R>(a));
+    _mm_store_ps(out + 4, SumRows<R>(b));
+    _mm_store_ps(out + 8, SumRows<R>(e));
+    for (int i = 0; i < R; ++i) {
       s[i * lds + j] = out[i];
       s[i * lds + j + 1] = out[4 + i];
       s[i * lds + j + 2] = out[8 + i];
@@ -297,6 +297,26 @@ ATTN_DECODE void QkFast(const float* q, int64_t rows, const typename L::T* k, in
       _mm_store_ps(out, Sum4(a0, a1, a2, a3));
       for (int i = 0; i < 4; ++i) s[(r + i) * lds + j] = out[i];
     }
+  }
+  if (rows - r >= 2) {  // two or three rows left: together, three keys at a time
+    const int64_t rest = rows - r;
+    const float* q0 = q + r * d;
+    const uint8_t* ahead = r == 0 ? next : nullptr;
+    const uint8_t* pb = ahead != nullptr ? ahead : reinterpret_cast<const uint8_t*>(k);
+    const int64_t done = rest == 3 ? QkThreeKeys<L, 3>(q0, k, c, d, s + r * lds, lds, pb, ahead)
+                                   : QkThreeKeys<L, 2>(q0, k, c, d, s + r * lds, lds, pb, ahead);
+    const __m256 z = _mm256_setzero_ps();
+    for (int64_t j = done; j < c; ++j) {  // the last one or two keys, a row at a time
+      PrefetchToken(ahead, tb, j);
+      for (int64_t rr = 0; rr < rest; ++rr) {
+        __m256 a = z;
+        for (int64_t x = 0; x < d; x += 8) {
+          a = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + rr * d + x), L::Load(k + j * d + x), a);
+        }
+        s[(r + rr) * lds + j] = _mm_cvtss_f32(Sum4(a, z, z, z));
+      }
+    }
+    return;
   }
   for (; r < rows; ++r) {
     const float* qr = q + r * d;

@@ -160,11 +160,12 @@ struct TimesPow2 {
   ATTN_DECODE512 __m512 operator()(__m512 x) const { return _mm512_mul_ps(_mm512_mul_ps(x, a), b); }
 };
 
-// Four query rows (q0, [4, d]) against keys [0, c) four at a time: sixteen
-// sums, reduced together (SumEach16Ps) instead of one by one. The rows are
+// R query rows (q0, [R, d]; 1 to 4) against keys [0, c) four at a time:
+// four rows' sixteen sums reduced together (SumEach16Ps) instead of one by
+// one, fewer rows' row by row. The rows are
 // first put in the loader's channel order. Returns the keys done (a
 // multiple of 4); d is a multiple of 32, at most kQuadMaxD.
-template <typename L, typename P = Pairs<L>>
+template <typename L, int R = 4, typename P = Pairs<L>>
 ATTN_DECODE512 int64_t QkQuad512(const float* q0, const typename L::T* k, int64_t c, int64_t d,
                                  float* s, int64_t lds, const uint8_t* next) {
   const int64_t tb = d * static_cast<int64_t>(sizeof(typename L::T));
@@ -172,7 +173,8 @@ ATTN_DECODE512 int64_t QkQuad512(const float* q0, const typename L::T* k, int64_
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
   float unit[4] = {P::kUnit, P::kUnit, P::kUnit, P::kUnit};
-  for (int64_t r = 0; r < 4; ++r) {
+  static_assert(R >= 1 && R <= 4, "one to four rows");
+  for (int64_t r = 0; r < R; ++r) {
     int e = 0;
     if constexpr (P::kUnit != 1.0f) {
       e = ShiftFor(q0 + r * d, d);
@@ -190,29 +192,58 @@ ATTN_DECODE512 int64_t QkQuad512(const float* q0, const typename L::T* k, int64_
   int64_t j = 0;
   for (; j + 4 <= c; j += 4) {
     for (int64_t jj = j; jj < j + 4; ++jj) PrefetchToken(next, tb, jj);
-    __m512 acc[16];
-    for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
+    __m512 acc[4 * R];
+    for (int i = 0; i < 4 * R; ++i) acc[i] = _mm512_setzero_ps();
     const typename L::T* kj = k + j * d;
     for (int64_t x = 0; x < d; x += 32) {
-      __m512 qa[4], qb[4];
-      for (int r = 0; r < 4; ++r) {
+      __m512 qa[R], qb[R];
+      for (int r = 0; r < R; ++r) {
         qa[r] = _mm512_load_ps(qp + r * d + x);
         qb[r] = _mm512_load_ps(qp + r * d + x + 16);
       }
       for (int t = 0; t < 4; ++t) {  // acc[r * 4 + t]: row r, key j + t
         __m512 ka, kb;
         P::Load(kj + t * d + x, &ka, &kb);
-        for (int r = 0; r < 4; ++r) {
+        for (int r = 0; r < R; ++r) {
           acc[r * 4 + t] = _mm512_fmadd_ps(qa[r], ka, acc[r * 4 + t]);
           acc[r * 4 + t] = _mm512_fmadd_ps(qb[r], kb, acc[r * 4 + t]);
         }
       }
     }
-    __m512 sum = SumEach16Ps(acc);
-    if constexpr (P::kUnit != 1.0f) sum = _mm512_mul_ps(sum, units);
-    StoreQuad(s + j, lds, sum);
+    if constexpr (R == 4) {
+      __m512 sum = SumEach16Ps(acc);
+      if constexpr (P::kUnit != 1.0f) sum = _mm512_mul_ps(sum, units);
+      StoreQuad(s + j, lds, sum);
+    } else {
+      for (int r = 0; r < R; ++r) {
+        const __m128 sum = Sum4(Fold(acc[r * 4]), Fold(acc[r * 4 + 1]), Fold(acc[r * 4 + 2]),
+                                Fold(acc[r * 4 + 3]));
+        _mm_storeu_ps(s + r * lds + j, _mm_mul_ps(sum, _mm_set1_ps(unit[r])));
+      }
+    }
   }
   return j;
+}
+
+// Two or three rows (q0, d apart; d a multiple of 32, at most kQuadMaxD)
+// against keys four at a time (QkQuad512), then each against the last ones.
+template <typename L>
+ATTN_DECODE512 void QkRestRows512(const float* q0, int64_t rest, const typename L::T* k,
+                                  int64_t c, int64_t d, float* s, int64_t lds,
+                                  const uint8_t* next) {
+  const int64_t tb = d * static_cast<int64_t>(sizeof(typename L::T));
+  const int64_t done = rest == 3 ? QkQuad512<L, 3>(q0, k, c, d, s, lds, next)
+                                 : QkQuad512<L, 2>(q0, k, c, d, s, lds, next);
+  for (int64_t j = done; j < c; ++j) {
+    PrefetchToken(next, tb, j);
+    for (int64_t rr = 0; rr < rest; ++rr) {
+      __m512 a = _mm512_setzero_ps();
+      for (int64_t x = 0; x < d; x += 16) {
+        a = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + rr * d + x), L::Load(k + j * d + x), a);
+      }
+      s[rr * lds + j] = _mm512_reduce_add_ps(a);
+    }
+  }
 }
 
 template <typename L>
@@ -270,6 +301,10 @@ ATTN_DECODE512 void QkFast512(const float* q, int64_t rows, const typename L::T*
       _mm_store_ps(out, Sum4(Fold(a0), Fold(a1), Fold(a2), Fold(a3)));
       for (int i = 0; i < 4; ++i) s[(r + i) * lds + j] = out[i];
     }
+  }
+  if (rows - r >= 2 && d % 32 == 0 && d <= kQuadMaxD) {  // two or three rows left, together
+    QkRestRows512<L>(q + r * d, rows - r, k, c, d, s + r * lds, lds, r == 0 ? next : nullptr);
+    return;
   }
   for (; r < rows; ++r) {  // one row against four keys
     const float* qr = q + r * d;
